@@ -1,0 +1,96 @@
+"""Activation: mpcompat's built-in reducers plus the library patches, switched as one.
+
+``activate()`` registers the dict-view and module reducers and arms the patches;
+``deactivate()`` undoes exactly that (copyreg is left as activation found it; reducers that
+users registered themselves stay). Both are idempotent and thread-safe.
+"""
+import os
+from _thread import RLock
+
+from mpcompat import registry
+from mpcompat.errors import MpcompatWarning
+
+_TRUE = ("1", "true", "yes", "on")
+_lock = RLock()
+_state = {"active": False, "reason": "not activated yet", "conflicts": []}
+
+
+def env_disabled(environ=os.environ):
+    """Whether ``MPCOMPAT_DISABLE`` asks for mpcompat to stay off in this process tree."""
+    return environ.get("MPCOMPAT_DISABLE", "").strip().lower() in _TRUE
+
+
+def builtin_reducers():
+    """Return ``{type: reducer}`` for the reducers that activation registers."""
+    from mpcompat.modules import MODULE_TYPE, reduce_module
+    from mpcompat.views import VIEW_REDUCERS
+    reducers = dict(VIEW_REDUCERS)
+    reducers[MODULE_TYPE] = reduce_module
+    return reducers
+
+
+def activate(*, patches=None, disabled_patches=None):
+    """Register mpcompat's reducers and arm its library patches.
+
+    patches: names of patches to apply (each must be able to apply, else PatchUnavailable);
+    None applies every patch that is on by default. disabled_patches: names, or ``"*"``, to
+    turn off; None reads ``MPCOMPAT_DISABLED_PATCHES``. Calling it again re-configures.
+    """
+    from mpcompat.patching import manager
+    requested = None if patches is None else manager.parse_names(patches, "patches")
+    if disabled_patches is None:
+        disabled = manager.parse_names(
+            os.environ.get("MPCOMPAT_DISABLED_PATCHES", ""), "MPCOMPAT_DISABLED_PATCHES")
+        disabled_by = "disabled by MPCOMPAT_DISABLED_PATCHES"
+    else:
+        disabled = manager.parse_names(disabled_patches, "disabled_patches")
+        disabled_by = "disabled by activate(disabled_patches=...)"
+    with _lock:
+        conflicts = []
+        for cls, reducer in builtin_reducers().items():
+            try:
+                registry.register(cls, reducer)
+            except ValueError as exc:
+                conflicts.append("%s.%s" % (cls.__module__, cls.__qualname__))
+                _warn("left %s.%s alone: %s" % (cls.__module__, cls.__qualname__, exc))
+        _state.update(active=True, reason="activated", conflicts=conflicts)
+        manager.configure(requested, disabled, disabled_by)
+
+
+def deactivate():
+    """Undo :func:`activate`: revert every patch and remove the built-in reducers."""
+    from mpcompat.patching import manager
+    with _lock:
+        manager.disarm_all()
+        for cls, reducer in builtin_reducers().items():
+            registry.unregister_if(cls, reducer)
+        _state.update(active=False, reason="deactivated by mpcompat.deactivate()", conflicts=[])
+
+
+def is_active():
+    """Whether mpcompat is active in this process."""
+    return _state["active"]
+
+
+def state():
+    """Return a copy of the activation state, for status()."""
+    return dict(_state)
+
+
+def activate_on_import():
+    """What ``import mpcompat`` does: activate unless MPCOMPAT_DISABLE is set; never raise."""
+    if env_disabled():
+        _state.update(active=False, reason="disabled by MPCOMPAT_DISABLE=%s"
+                      % os.environ.get("MPCOMPAT_DISABLE"))
+        return
+    try:
+        activate()
+        _state["reason"] = "activated by import"
+    except Exception as exc:
+        _state.update(active=False, reason="activation failed: %r" % (exc,))
+        _warn("activation failed, mpcompat stays off: %r" % (exc,))
+
+
+def _warn(message):
+    import warnings
+    warnings.warn(MpcompatWarning("mpcompat: " + message), stacklevel=3)

@@ -1,0 +1,61 @@
+"""Rebuild functions named by mpcompat's pickles.
+
+Every pickle that mpcompat's reducers produce refers to one of these functions by its import
+path (``mpcompat.rebuild.<name>``). Their names, module and signatures are part of the pickle
+format: moving or renaming one makes every pickle written before unreadable. The golden pickles
+under ``tests/golden/`` fail loudly if that happens.
+
+This module imports only the standard library: it is loaded in every child process that
+unpickles a view, before anything else of mpcompat may be needed.
+"""
+from collections import OrderedDict
+import importlib
+import sys
+
+__all__ = [
+    "rebuild_dict_keys",
+    "rebuild_dict_values",
+    "rebuild_dict_items",
+    "rebuild_odict_keys",
+    "rebuild_odict_values",
+    "rebuild_odict_items",
+    "rebuild_module",
+]
+
+
+def rebuild_dict_keys(*keys):
+    """Return a ``dict_keys`` view over ``keys``, in that order."""
+    return dict.fromkeys(keys).keys()
+
+
+def rebuild_dict_values(*values):
+    """Return a ``dict_values`` view over ``values``, in that order."""
+    return dict(enumerate(values)).values()
+
+
+def rebuild_dict_items(mapping):
+    """Return a ``dict_items`` view over a plain-dict copy of ``mapping``."""
+    return dict(mapping).items()
+
+
+def rebuild_odict_keys(*keys):
+    """Return an ``odict_keys`` view over ``keys``, in that order."""
+    return OrderedDict.fromkeys(keys).keys()
+
+
+def rebuild_odict_values(*values):
+    """Return an ``odict_values`` view over ``values``, in that order."""
+    return OrderedDict(enumerate(values)).values()
+
+
+def rebuild_odict_items(mapping):
+    """Return an ``odict_items`` view over an ``OrderedDict`` copy of ``mapping``."""
+    return OrderedDict(mapping).items()
+
+
+def rebuild_module(name):
+    """Return the module imported under ``name`` (the one already loaded, if any)."""
+    module = sys.modules.get(name)
+    if module is None:
+        module = importlib.import_module(name)
+    return module
