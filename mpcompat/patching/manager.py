@@ -133,6 +133,8 @@ def _impl(spec):
 
 
 def _read_version(st):
+    if st.version is None and not st.spec.distributions:  # a standard-library target
+        st.distribution, st.version = "python", "%d.%d.%d" % sys.version_info[:3]
     if st.version is None:
         from mpcompat.patching import versions
         dist, version = versions.installed_version(st.spec.distributions)

@@ -12,7 +12,8 @@ class PatchSpec(object):
 
     name: the name users see in status() and MPCOMPAT_DISABLED_PATCHES.
     targets: module names; the patch applies to each when it finishes importing.
-    distributions: distribution names whose installed version is checked, first found wins.
+    distributions: distribution names whose installed version is checked, first found wins;
+        empty for a standard-library target (then ``supported`` is checked against Python's).
     supported: version range of that distribution, e.g. ">=1.8,<2.14" (read leniently).
     default: whether activation applies it without being asked.
     impl: the module that provides apply(module) and revert(module).

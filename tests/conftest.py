@@ -1,0 +1,62 @@
+"""Fixtures shared by the whole suite.
+
+Spawn children are expensive (about 3 s each once torch is imported), so the suite shares one
+spawn pool and one forkserver pool for the session; tests send them functions from
+``tests/workers.py`` (importable in the children: the spawn start passes sys.path on).
+"""
+import multiprocessing
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(REPO, "tests")
+
+
+def child_env(**overrides):
+    """The environment for a child interpreter: mpcompat importable from this checkout.
+
+    ``MPCOMPAT_DISABLE`` and ``MPCOMPAT_DISABLED_PATCHES`` from the outer environment are
+    dropped; pass them in ``overrides`` (a value of None removes a variable).
+    """
+    env = dict(os.environ)
+    for name in ("MPCOMPAT_DISABLE", "MPCOMPAT_DISABLED_PATCHES", "PYTHONDONTWRITEBYTECODE"):
+        env.pop(name, None)
+    env["PYTHONPATH"] = os.pathsep.join([REPO, TESTS])
+    for name, value in overrides.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
+def run_python(code, *args, python=None, env=None, timeout=300, cwd=None):
+    """Run ``python -c code *args`` in a fresh interpreter; return the CompletedProcess.
+
+    stdout and stderr are captured as text; the exit code is not checked.
+    """
+    return subprocess.run([python or sys.executable, "-c", code] + list(args),
+                          env=env if env is not None else child_env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=timeout, cwd=cwd or REPO)
+
+
+@pytest.fixture(scope="session")
+def spawn_pool():
+    """A two-process ``spawn`` pool shared by the whole session."""
+    pool = multiprocessing.get_context("spawn").Pool(2)
+    yield pool
+    pool.terminate()
+    pool.join()
+
+
+@pytest.fixture(scope="session")
+def forkserver_pool():
+    """A two-process ``forkserver`` pool shared by the whole session."""
+    pool = multiprocessing.get_context("forkserver").Pool(2)
+    yield pool
+    pool.terminate()
+    pool.join()
