@@ -39,8 +39,7 @@ def activate(*, patches=None, disabled_patches=None):
     from mpcompat.patching import manager
     requested = None if patches is None else manager.parse_names(patches, "patches")
     if disabled_patches is None:
-        disabled = manager.parse_names(
-            os.environ.get("MPCOMPAT_DISABLED_PATCHES", ""), "MPCOMPAT_DISABLED_PATCHES")
+        disabled = _env_disabled_patches(manager)
         disabled_by = "disabled by MPCOMPAT_DISABLED_PATCHES"
     else:
         disabled = manager.parse_names(disabled_patches, "disabled_patches")
@@ -55,6 +54,18 @@ def activate(*, patches=None, disabled_patches=None):
                 _warn("left %s.%s alone: %s" % (cls.__module__, cls.__qualname__, exc))
         _state.update(active=True, reason="activated", conflicts=conflicts)
         manager.configure(requested, disabled, disabled_by)
+
+
+def _env_disabled_patches(manager):
+    """Read MPCOMPAT_DISABLED_PATCHES; a typo there warns instead of turning mpcompat off."""
+    value = os.environ.get("MPCOMPAT_DISABLED_PATCHES", "")
+    try:
+        return manager.parse_names(value, "MPCOMPAT_DISABLED_PATCHES")
+    except ValueError as exc:
+        _warn("%s (the known names still apply)" % exc)
+        names = {n.strip() for n in value.split(",") if n.strip()}
+        return manager.parse_names([n for n in names if n in manager.known_names()],
+                                   "MPCOMPAT_DISABLED_PATCHES")
 
 
 def deactivate():

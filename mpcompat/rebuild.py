@@ -8,8 +8,10 @@ under ``tests/golden/`` fail loudly if that happens.
 This module imports only the standard library: it is loaded in every child process that
 unpickles a view, before anything else of mpcompat may be needed.
 """
-from collections import OrderedDict
-import importlib
+try:  # the C type itself: importing collections costs start-up time
+    from _collections import OrderedDict
+except ImportError:  # pragma: no cover (an implementation without _collections)
+    from collections import OrderedDict
 import sys
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "rebuild_odict_values",
     "rebuild_odict_items",
     "rebuild_module",
+    "rebuild_by_init",
 ]
 
 
@@ -57,5 +60,20 @@ def rebuild_module(name):
     """Return the module imported under ``name`` (the one already loaded, if any)."""
     module = sys.modules.get(name)
     if module is None:
-        module = importlib.import_module(name)
+        from importlib import import_module  # not at start-up: importlib costs time
+        module = import_module(name)
     return module
+
+
+def rebuild_by_init(cls, init_owner, init_kwargs, state):
+    """Return a ``cls`` instance rebuilt by running ``init_owner.__init__`` again.
+
+    For classes whose ``__init__`` also sets state outside the instance (module globals, class
+    attributes), which a fresh process that only unpickles the instance would miss: the
+    constructor runs with ``init_kwargs``, then the instance ``__dict__`` becomes ``state``.
+    """
+    obj = cls.__new__(cls)
+    init_owner.__init__(obj, **init_kwargs)
+    obj.__dict__.clear()
+    obj.__dict__.update(state)
+    return obj

@@ -7,11 +7,13 @@ entry copyreg held before mpcompat touched that type, so that ``unregister`` can
 """
 import copyreg
 from _thread import RLock
-import types
 
 __all__ = ["register", "unregister", "registered", "registering", "reducer"]
 
 _MISSING = object()
+# types.FunctionType and types.MappingProxyType, without importing types (start-up time)
+_FunctionType = type(lambda: None)
+_MappingProxyType = type(type.__dict__)
 _lock = RLock()
 # cls -> (reducer, the copyreg entry before mpcompat first registered cls, or _MISSING)
 _entries = {}
@@ -21,7 +23,7 @@ _entries = {}
 # pickle.PickleBuffer (3.8+) is one too; it is checked by name to keep pickle out of start-up.
 _NEVER_DISPATCHED = frozenset(
     [type(None), bool, int, float, bytes, bytearray, str, tuple, list, dict, set, frozenset,
-     type, types.FunctionType])
+     type, _FunctionType])
 
 
 def _describe(obj):
@@ -115,7 +117,7 @@ def _restore_copyreg(cls, ours, previous):
 def registered():
     """Return a read-only snapshot mapping each type mpcompat manages to its reducer."""
     with _lock:
-        return types.MappingProxyType({cls: entry[0] for cls, entry in _entries.items()})
+        return _MappingProxyType({cls: entry[0] for cls, entry in _entries.items()})
 
 
 class registering(object):

@@ -9,7 +9,10 @@ The reducers sit on the pickling hot path: one Python call per view, no attribut
 Keys and values travel as the reduce arguments themselves (``rebuild(*keys)``), which saves the
 pickler an extra list object and memo entry per view.
 """
-from collections import OrderedDict
+try:  # the C type itself: importing collections costs start-up time
+    from _collections import OrderedDict
+except ImportError:  # pragma: no cover (an implementation without _collections)
+    from collections import OrderedDict
 
 from mpcompat.rebuild import (
     rebuild_dict_items,

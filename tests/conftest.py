@@ -1,47 +1,20 @@
 """Fixtures shared by the whole suite.
 
-Spawn children are expensive (about 3 s each once torch is imported), so the suite shares one
-spawn pool and one forkserver pool for the session; tests send them functions from
-``tests/workers.py`` (importable in the children: the spawn start passes sys.path on).
+Spawn children are expensive (about 1 s each without torch, 3 s once torch is imported), so
+the suite shares one spawn pool and one forkserver pool for the session; tests send them
+functions from ``tests/workers.py`` (importable in the children: the spawn start passes
+sys.path on, and ``tests/`` is on it because this conftest lives there).
 """
+import copyreg
 import multiprocessing
-import os
-import subprocess
 import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = os.path.join(REPO, "tests")
-
-
-def child_env(**overrides):
-    """The environment for a child interpreter: mpcompat importable from this checkout.
-
-    ``MPCOMPAT_DISABLE`` and ``MPCOMPAT_DISABLED_PATCHES`` from the outer environment are
-    dropped; pass them in ``overrides`` (a value of None removes a variable).
-    """
-    env = dict(os.environ)
-    for name in ("MPCOMPAT_DISABLE", "MPCOMPAT_DISABLED_PATCHES", "PYTHONDONTWRITEBYTECODE"):
-        env.pop(name, None)
-    env["PYTHONPATH"] = os.pathsep.join([REPO, TESTS])
-    for name, value in overrides.items():
-        if value is None:
-            env.pop(name, None)
-        else:
-            env[name] = value
-    return env
-
-
-def run_python(code, *args, python=None, env=None, timeout=300, cwd=None):
-    """Run ``python -c code *args`` in a fresh interpreter; return the CompletedProcess.
-
-    stdout and stderr are captured as text; the exit code is not checked.
-    """
-    return subprocess.run([python or sys.executable, "-c", code] + list(args),
-                          env=env if env is not None else child_env(),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=timeout, cwd=cwd or REPO)
+# Helpers for tests live in testenv.py: import them from there; ``from conftest import ...``
+# is fragile: a conftest.py in a subdirectory (tests/startup/) replaces sys.modules["conftest"]
+# once pytest collects it. They stay importable from here for older test modules.
+from testenv import REPO, TESTS, child_env, run_python  # noqa: E402,F401
 
 
 @pytest.fixture(scope="session")
@@ -60,3 +33,52 @@ def forkserver_pool():
     yield pool
     pool.terminate()
     pool.join()
+
+
+@pytest.fixture
+def restore_mpcompat():
+    """Let a test activate, deactivate, register and touch copyreg freely.
+
+    Afterwards: mpcompat is deactivated, every reducer the test left in the registry is
+    unregistered, ``copyreg.dispatch_table`` is put back as it was before the test, and
+    mpcompat is re-activated if it was active. Yields the snapshot of the table (a dict).
+    """
+    import mpcompat
+    from mpcompat import activation
+    was_active = mpcompat.is_active()
+    before = dict(copyreg.dispatch_table)
+    yield dict(before)
+    mpcompat.deactivate()
+    for cls in list(mpcompat.registered()):
+        mpcompat.unregister(cls)
+    builtin = activation.builtin_reducers()
+    baseline = {cls: red for cls, red in before.items() if builtin.get(cls) is not red}
+    copyreg.dispatch_table.clear()
+    copyreg.dispatch_table.update(baseline)
+    if was_active:
+        mpcompat.activate()
+    assert dict(copyreg.dispatch_table) == before, "restore_mpcompat could not restore copyreg"
+
+
+@pytest.fixture(scope="module")
+def stdlib_python_pickler():
+    """Make ``pickle._Pickler`` the standard library's pure-Python pickler for a test module
+    (``pytestmark = pytest.mark.usefixtures("stdlib_python_pickler")``).
+
+    Importing dill adds dill's save functions to ``pickle._Pickler.dispatch`` (``dill.extend``),
+    where they take precedence over ``copyreg.dispatch_table``; dill's own ``extend(False)``
+    takes them out for the module and ``extend(True)`` puts them back afterwards.
+    """
+    import pickle
+    dill = sys.modules.get("dill")
+    extended = dill is not None and any(
+        getattr(func, "__module__", None) == "dill._dill"
+        for func in pickle._Pickler.dispatch.values())
+    if extended:
+        dill.extend(False)
+    foreign = {cls: func for cls, func in pickle._Pickler.dispatch.items()
+               if getattr(func, "__module__", None) != "pickle"}
+    assert not foreign, "pickle._Pickler.dispatch was changed by another package: %r" % foreign
+    yield
+    if extended:
+        dill.extend(True)

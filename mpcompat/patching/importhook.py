@@ -10,6 +10,7 @@ A callback that raises never breaks the import: callbacks are expected to catch 
 errors (the patch manager does), and anything that still escapes is dropped here.
 """
 import sys
+from _thread import get_ident
 
 _callbacks = {}  # module name -> list of callables taking the module
 
@@ -39,12 +40,17 @@ class _ChainedLoader(object):
 class _PostImportFinder(object):
     """The meta path finder; a no-op for every name nobody watches."""
 
+    # (name, thread id) pairs being looked up: guards against asking ourselves again, per
+    # thread, so that another thread importing the same name is not turned away meanwhile.
     _busy = set()
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in _callbacks or fullname in self._busy:
+        if fullname not in _callbacks:
             return None
-        self._busy.add(fullname)
+        key = (fullname, get_ident())
+        if key in self._busy:
+            return None
+        self._busy.add(key)
         try:
             spec = None
             for finder in sys.meta_path:
@@ -54,7 +60,7 @@ class _PostImportFinder(object):
                 if spec is not None:
                     break
         finally:
-            self._busy.discard(fullname)
+            self._busy.discard(key)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         if not isinstance(spec.loader, _ChainedLoader):

@@ -10,8 +10,8 @@ import sys
 from _thread import RLock
 
 from mpcompat.errors import MpcompatWarning, PatchUnavailable
-from mpcompat.patching import importhook
-from mpcompat.patching.table import BY_NAME, PATCHES, Skip
+from mpcompat.patching import importhook, table
+from mpcompat.patching.table import Skip
 
 WAITING, APPLIED, SKIPPED, DISABLED, FAILED, INACTIVE = (
     "waiting for import", "applied", "skipped", "disabled", "failed", "inactive")
@@ -40,12 +40,37 @@ class PatchState(object):
                                      " (%s)" % self.reason if self.reason else "")
 
 
-_states = {spec.name: PatchState(spec) for spec in PATCHES}
+# name -> PatchState. The table is read at every call (never copied at import), so that a
+# PatchSpec added to or changed in table.PATCHES later is seen.
+_states = {}
 
 
-def states():
-    """Return the PatchState of every declared patch, in table order."""
-    return [_states[spec.name] for spec in PATCHES]
+def _state(spec):
+    st = _states.get(spec.name)
+    if st is None or st.spec is not spec:
+        if st is not None:
+            _disarm(st)
+        st = _states[spec.name] = PatchState(spec)
+    return st
+
+
+def known_names():
+    """Return the names of the declared patches, in table order."""
+    return [spec.name for spec in table.PATCHES]
+
+
+def states(read_versions=True):
+    """Return the PatchState of every declared patch, in table order.
+
+    read_versions: also read the installed version of each patch's distribution (imports
+    importlib.metadata; for status(), never for start-up).
+    """
+    with _lock:
+        result = [_state(spec) for spec in table.PATCHES]
+        if read_versions:
+            for st in result:
+                _read_version(st)
+        return result
 
 
 def parse_names(value, what):
@@ -55,12 +80,13 @@ def parse_names(value, what):
     if isinstance(value, str):
         value = [part.strip() for part in value.split(",") if part.strip()]
     names = set(value)
+    known = known_names()
     if "*" in names:
-        return set(BY_NAME)
-    unknown = sorted(n for n in names if n not in BY_NAME)
+        return set(known)
+    unknown = sorted(n for n in names if n not in known)
     if unknown:
         raise ValueError("%s: unknown patch name(s) %s; known: %s"
-                         % (what, ", ".join(map(repr, unknown)), ", ".join(sorted(BY_NAME))))
+                         % (what, ", ".join(map(repr, unknown)), ", ".join(sorted(known))))
     return names
 
 
@@ -72,11 +98,14 @@ def configure(requested, disabled, disabled_by):
     disabled_by: what turned them off, for status().
     """
     with _lock:
+        specs = table.PATCHES
         wanted = set(requested) if requested is not None else {
-            spec.name for spec in PATCHES if spec.default}
+            spec.name for spec in specs if spec.default}
         wanted -= set(disabled)
-        for spec in PATCHES:
-            st = _states[spec.name]
+        for name in set(_states) - {spec.name for spec in specs}:  # dropped from the table
+            _disarm(_states.pop(name))
+        for spec in specs:
+            st = _state(spec)
             if spec.name in wanted:
                 _arm(st)
             else:
@@ -84,8 +113,9 @@ def configure(requested, disabled, disabled_by):
                 st.state = DISABLED
                 st.reason = (disabled_by if spec.name in disabled
                              else "off by default" if not spec.default else "not requested")
-        for name in sorted(set(requested or ()) - set(disabled)):
-            _insist(_states[name])
+        for spec in specs:
+            if spec.name in (requested or ()) and spec.name not in disabled:
+                _insist(_states[spec.name])
 
 
 def disarm_all():
@@ -133,9 +163,11 @@ def _impl(spec):
 
 
 def _read_version(st):
-    if st.version is None and not st.spec.distributions:  # a standard-library target
+    if not st.version and not st.spec.distributions:  # a standard-library target
         st.distribution, st.version = "python", "%d.%d.%d" % sys.version_info[:3]
-    if st.version is None:
+    # "" (not found) is read again: status() may ask before the target is imported, and a
+    # package without metadata is only found through its __version__ once imported.
+    if not st.version:
         from mpcompat.patching import versions
         dist, version = versions.installed_version(st.spec.distributions)
         if version is None:  # no metadata (vendored, or run from a source tree): ask the package

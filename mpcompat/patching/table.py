@@ -80,6 +80,25 @@ PATCHES = (
         impl="mpcompat.patches.nuscenes_tracking_config",
         summary="an unpickled TrackingConfig restores the module state its __init__ sets",
     ),
+    PatchSpec(
+        name="multiprocessing.pickling_notes",
+        targets=("multiprocessing.reduction",),
+        distributions=(),
+        supported=">=3.8,<3.14",
+        default=True,
+        impl="mpcompat.patches.mp_pickling_notes",
+        summary="a pickling error while starting a process or sending a task says what, "
+                "where and why",
+    ),
+    PatchSpec(
+        name="multiprocessing.bootstrap_notes",
+        targets=("multiprocessing.spawn",),
+        distributions=(),
+        supported=">=3.8,<3.14",
+        default=True,
+        impl="mpcompat.patches.mp_bootstrap_notes",
+        summary="the 'bootstrapping phase' error names the main-module line to guard",
+    ),
 )
 
 BY_NAME = {spec.name: spec for spec in PATCHES}

@@ -23,11 +23,16 @@ def _pad(a, b):
 
 
 def in_range(version, spec):
-    """Whether ``version`` (a string) satisfies ``spec`` such as ``">=1.8,<2.14"``."""
+    """Whether ``version`` (a string) satisfies ``spec`` such as ``">=1.8,<2.14"``.
+
+    An empty ``spec`` accepts every version that has release numbers.
+    """
     release = parse(version)
     if release is None:
         return False
     for clause in spec.split(","):
+        if not clause.strip():
+            continue
         match = _CLAUSE.match(clause)
         if not match:
             raise ValueError("bad version clause %r in %r" % (clause, spec))

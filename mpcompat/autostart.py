@@ -1,0 +1,115 @@
+"""Auto-activation at interpreter start: where its hook is, whether it is on, what it did here.
+
+A wheel install puts ``mpcompat.pth`` (and, for Python 3.15+, ``mpcompat.start``) in
+site-packages, both calling the top-level ``_mpcompat_bootstrap`` module. ``mpcompat disable``
+rewrites both so that they call nothing, ``mpcompat enable`` writes the shipped content back:
+the state lives in the files the installer recorded, so nothing is read at start-up to check it
+and ``pip uninstall`` removes it. Reinstalling or upgrading mpcompat installs fresh, enabled files.
+"""
+import os
+import sys
+
+PTH_NAME = "mpcompat.pth"
+START_NAME = "mpcompat.start"
+# The content of mpcompat/_startup/mpcompat.pth and mpcompat.start, as the wheel ships them.
+ENABLED = {
+    PTH_NAME: 'import _mpcompat_bootstrap; _mpcompat_bootstrap.main("mpcompat.pth")\n',
+    START_NAME: "_mpcompat_bootstrap:main\n",
+}
+DISABLED = {
+    PTH_NAME: "# mpcompat: auto-activation turned off by 'mpcompat disable'; "
+              "'mpcompat enable' turns it back on\n",
+    START_NAME: "",  # no entry point (comment syntax in .start files is not relied on)
+}
+# The directory mpcompat is imported from (site-packages, or a source checkout).
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def site_dirs():
+    """Return this interpreter's site directories (where ``.pth`` files are processed)."""
+    import site
+    dirs = list(getattr(site, "getsitepackages", lambda: [])())
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return dirs
+
+
+def hook_dirs():
+    """Return the site directories that hold an ``mpcompat.pth``, the package's own one first."""
+    found, seen = [], set()
+    for directory in [PACKAGE_PARENT] + site_dirs():
+        real = os.path.realpath(directory)
+        if real not in seen and os.path.isfile(os.path.join(directory, PTH_NAME)):
+            found.append(directory)
+        seen.add(real)
+    return found
+
+
+def is_enabled(site_dir):
+    """Whether the ``mpcompat.pth`` in ``site_dir`` calls the start-up hook."""
+    with open(os.path.join(site_dir, PTH_NAME)) as f:
+        return any(line.startswith("import") and "_mpcompat_bootstrap" in line for line in f)
+
+
+def set_enabled(site_dir, enabled):
+    """Turn the start-up hook in ``site_dir`` on (shipped content) or off (calling nothing)."""
+    for name, content in (ENABLED if enabled else DISABLED).items():
+        target = os.path.join(site_dir, name)
+        if name == START_NAME and not os.path.exists(target):
+            continue  # installed by a build without it: leave it absent
+        _replace(target, content)
+
+
+def _replace(path, content):
+    # Written next to the target and renamed over it, so that an interpreter starting meanwhile
+    # reads the old file or the new one, never half of one. The temporary name does not end in
+    # ".pth", so site never processes it.
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    try:
+        with open(tmp, "w") as f:
+            f.write(content)
+        os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def describe():
+    """One line for ``mpcompat.status()``: what activated mpcompat in this process, and whether
+    auto-activation at interpreter start is on for this environment."""
+    from mpcompat import activation
+    boot = sys.modules.get("_mpcompat_bootstrap")
+    outcome = getattr(boot, "outcome", None)
+    calls = getattr(boot, "calls", [])
+    if outcome and outcome.startswith("failed"):
+        here = "start-up activation %s; children skip it (%s is set)" % (outcome, boot.FAILED_VAR)
+    elif activation.env_disabled():
+        here = "off in this process tree (MPCOMPAT_DISABLE=%s)" % os.environ["MPCOMPAT_DISABLE"]
+    elif os.environ.get("MPCOMPAT_AUTOSTART_FAILED"):
+        here = ("start-up activation skipped: it failed in a parent process (%s)"
+                % os.environ["MPCOMPAT_AUTOSTART_FAILED"])
+    elif outcome == "activated":
+        here = "activated at start-up by %s" % (
+            "'mpcompat run' (sitecustomize)" if calls[0] == "mpcompat run" else calls[0])
+    elif activation.is_active():
+        here = "activated by an explicit import"
+    else:
+        here = "not active"
+    dirs = hook_dirs()
+    if not dirs:
+        where = "no start-up hook installed (mpcompat is imported from %s)" % PACKAGE_PARENT
+    else:
+        on = [d for d in dirs if _enabled_or_false(d)]
+        paths = ", ".join(os.path.join(d, PTH_NAME) for d in dirs)
+        where = ("on for this environment (%s)" % paths if on else
+                 "off for this environment by 'mpcompat disable' (%s); 'mpcompat enable' "
+                 "turns it back on" % paths)
+    return "%s; %s" % (here, where)
+
+
+def _enabled_or_false(site_dir):
+    try:
+        return is_enabled(site_dir)
+    except OSError:
+        return False

@@ -1,0 +1,251 @@
+"""Notes added to errors where they happen: in multiprocessing's pickling and bootstrapping.
+
+The hooks in ``mpcompat.patches.mp_pickling_notes`` and ``mp_bootstrap_notes`` call in here
+only after an error has been raised; the error keeps its type and gains a note (``add_note`` on
+Python 3.11+; on 3.8-3.10 the note is appended to the message where that is safe, and kept in
+``__notes__`` always). Paths start from names the user passed: a Process's ``target``,
+``args[i]`` and ``kwargs[key]``; a DataLoader worker's ``dataset``, ``collate_fn`` and
+``worker_init_fn``; a Pool or executor task's function and arguments.
+"""
+import sys
+import threading
+
+__all__ = ["add_note", "notes_of", "explanation_of", "pickling_failed", "bootstrap_failed"]
+
+PREFIX = "mpcompat: "
+_MARK = "_mpcompat_noted"
+_REPORT = "_mpcompat_explanation"
+_busy = threading.local()
+
+# Process attributes multiprocessing sets itself (3.8-3.13); others come from subclasses.
+_PROCESS_ATTRS = frozenset([
+    "_identity", "_config", "_parent_pid", "_parent_name", "_popen", "_closed", "_target",
+    "_args", "_kwargs", "_name", "_start_method"])
+
+# (module, qualname) of library targets -> (what the process is, parameter renames)
+_KNOWN_TARGETS = {
+    ("torch.utils.data._utils.worker", "_worker_loop"):
+        ("DataLoader worker process", {"init_fn": "worker_init_fn"}),
+    ("torch.multiprocessing.spawn", "_wrap"): ("torch.multiprocessing.spawn process", {}),
+    ("multiprocessing.pool", "worker"): ("Pool worker process", {}),
+    ("concurrent.futures.process", "_process_worker"):
+        ("ProcessPoolExecutor worker process", {}),
+}
+# Arguments of library targets that are plumbing, not user objects.
+_PLUMBING = frozenset(["dataset_kind", "index_queue", "data_queue", "done_event",
+                       "auto_collation", "drop_last", "base_seed", "worker_id", "num_workers",
+                       "persistent_workers", "shared_seed", "i", "error_file", "error_queue",
+                       "inqueue", "outqueue", "maxtasks", "wrap_exception", "call_queue",
+                       "result_queue", "max_tasks"])
+_LIBRARY_MODULES = ("multiprocessing.", "concurrent.futures.", "torch.")
+
+
+def add_note(exc, text):
+    """Add ``text`` to ``exc`` without changing its type.
+
+    Python 3.11+: ``exc.add_note(text)``. Python 3.8-3.10: ``text`` joins ``exc.__notes__``
+    and, when the exception's message comes straight from a single string argument (the
+    default ``__str__``), is appended to that message so that tracebacks show it.
+    """
+    if sys.version_info >= (3, 11):
+        exc.add_note(text)
+        return
+    notes = exc.__dict__.get("__notes__")
+    if not isinstance(notes, list):
+        notes = exc.__notes__ = []
+    notes.append(text)
+    args = exc.args
+    plain_str = all(klass is BaseException or "__str__" not in klass.__dict__
+                    for klass in type(exc).__mro__[:type(exc).__mro__.index(BaseException)])
+    if plain_str and len(args) <= 1 and (not args or isinstance(args[0], str)):
+        exc.args = ((args[0] + "\n" if args else "") + text,)
+
+
+def notes_of(exc):
+    """Return the notes mpcompat added to ``exc`` (a list of strings, maybe empty)."""
+    return [n for n in (getattr(exc, "__notes__", None) or ())
+            if isinstance(n, str) and n.startswith(PREFIX)]
+
+
+def explanation_of(exc):
+    """Return the :class:`~mpcompat.diagnose.Explanation` a pickling note on ``exc`` was made
+    from, or None."""
+    return getattr(exc, "__dict__", {}).get(_REPORT)
+
+
+def pickling_failed(exc, obj, pickler, protocol, where):
+    """Add a note explaining ``obj`` to ``exc``, raised while pickling it with ``pickler``.
+
+    where: ``"start"`` (``multiprocessing.reduction.dump``: a process object being sent to a new
+    process) or ``"send"`` (``ForkingPickler.dumps``: a task or message). Never raises.
+    """
+    if getattr(_busy, "active", False):
+        return
+    _busy.active = True
+    try:
+        if exc.__dict__.get(_MARK):
+            return
+        exc.__dict__[_MARK] = True
+        header, parts, name = _describe(obj, where)
+        from mpcompat.diagnose.walker import explain_parts
+        report = explain_parts(parts, name=name, pickler=pickler, protocol=protocol, error=exc,
+                               check_main=False, whole=obj)
+        if not report.ok:
+            exc.__dict__[_REPORT] = report
+            add_note(exc, PREFIX + report.format(header + " What cannot be pickled, and why:"))
+    except Exception:
+        pass
+    finally:
+        _busy.active = False
+
+
+def _describe(obj, where):
+    """Return ``(header, parts, name)`` for the object a hook failed to pickle."""
+    mp_process = sys.modules.get("multiprocessing.process")
+    if where == "start" and mp_process is not None and isinstance(obj, mp_process.BaseProcess):
+        return _describe_process(obj)
+    if where == "send":
+        task = _describe_task(obj)
+        if task is not None:
+            return task
+    what = ("the data for a new process" if where == "start" else
+            "an object sent to another process (a multiprocessing Queue, Pipe or Manager)")
+    return ("Pickling %s failed." % what, [("obj", obj)], "obj")
+
+
+def _describe_process(process):
+    state = process.__dict__
+    target = state.get("_target")
+    args, kwargs = tuple(state.get("_args") or ()), dict(state.get("_kwargs") or {})
+    method = _start_method()
+    kind, renames = "Process %r" % (state.get("_name"),), None
+    known = _KNOWN_TARGETS.get((getattr(target, "__module__", None),
+                                getattr(target, "__qualname__", None)))
+    if known is not None:
+        kind, renames = known
+    elif (getattr(target, "__module__", None) or "").startswith(_LIBRARY_MODULES):
+        kind, renames = "%s process" % target.__qualname__, {}
+    parts = [("type(process)", type(process))]
+    bound = _bind(target, args, kwargs) if renames is not None else None
+    if bound is not None:
+        if known is not None and target.__qualname__ == "_wrap" and "i" in bound:
+            kind = "%s %s" % (kind, bound["i"])
+        if "worker_id" in bound:
+            kind = "%s %s" % (kind, bound["worker_id"])
+        parts += [(renames.get(p, p), v) for p, v in bound.items() if p not in _PLUMBING]
+    else:
+        parts.append(("target", target))
+        parts += [("args[%d]" % i, a) for i, a in enumerate(args)]
+        parts += [("kwargs[%r]" % (k,), v) for k, v in kwargs.items()]
+    parts += [("process.%s" % k, v) for k, v in state.items() if k not in _PROCESS_ATTRS]
+    header = ("%s could not be started%s: pickling it for the new process failed."
+              % (kind, " (start method %r)" % method if method else ""))
+    return header, parts, "process"
+
+
+def _describe_task(obj):
+    """Pool tasks and ProcessPoolExecutor call items; None for anything else."""
+    cls = type(obj)
+    if cls is tuple and len(obj) == 5 and type(obj[0]) is int and type(obj[3]) is tuple \
+            and type(obj[4]) is dict:
+        job, index, func, args, kwds = obj
+        pool = sys.modules.get("multiprocessing.pool")
+        header = "A task could not be sent to the Pool's worker processes: pickling it failed."
+        if pool is not None and func in (getattr(pool, "mapstar", None),
+                                         getattr(pool, "starmapstar", None)) \
+                and len(args) == 1 and type(args[0]) is tuple and len(args[0]) == 2:
+            user_func, chunk = args[0]
+            header = ("Task %s of a Pool map could not be sent to the worker processes: "
+                      "pickling it failed (chunk[j] is item j of the chunk of the iterable this "
+                      "task carries)." % (index,))
+            return header, [("func", user_func)] + [("chunk[%d]" % j, item)
+                                                     for j, item in enumerate(chunk)], "task"
+        parts = [("func", func)] + [("args[%d]" % i, a) for i, a in enumerate(args)]
+        parts += [("kwds[%r]" % (k,), v) for k, v in kwds.items()]
+        return header, parts, "task"
+    if cls.__name__ == "_CallItem" and cls.__module__ == "concurrent.futures.process":
+        state = obj.__dict__
+        fn, args, kwargs = state.get("fn"), tuple(state.get("args") or ()), \
+            dict(state.get("kwargs") or {})
+        header = ("A task could not be sent to the ProcessPoolExecutor's worker processes: "
+                  "pickling it failed.")
+        chunked = getattr(fn, "func", None)
+        if getattr(chunked, "__name__", None) == "_process_chunk" and len(fn.args) == 1 \
+                and len(args) == 1 and type(args[0]) is tuple:
+            header = ("A task of ProcessPoolExecutor.map could not be sent to the worker "
+                      "processes: pickling it failed (chunk[j] holds the arguments of call j "
+                      "of this task's chunk).")
+            return header, [("fn", fn.args[0])] + [("chunk[%d]" % j, item)
+                                                   for j, item in enumerate(args[0])], "task"
+        parts = [("fn", fn)] + [("args[%d]" % i, a) for i, a in enumerate(args)]
+        parts += [("kwargs[%r]" % (k,), v) for k, v in kwargs.items()]
+        return header, parts, "task"
+    return None
+
+
+def _bind(target, args, kwargs):
+    """Map a library target's arguments to its parameter names; None if that fails."""
+    try:
+        import inspect
+        bound = inspect.signature(target).bind(*args, **kwargs)
+    except Exception:
+        return None
+    return dict(bound.arguments)
+
+
+def _start_method():
+    context = sys.modules.get("multiprocessing.context")
+    popen = context.get_spawning_popen() if context is not None else None
+    return getattr(popen, "method", None)
+
+
+def bootstrap_failed(exc):
+    """Add the main-guard note to the "bootstrapping phase" RuntimeError. Never raises."""
+    try:
+        if exc.__dict__.get(_MARK):
+            return
+        exc.__dict__[_MARK] = True
+        note = _bootstrap_note(sys._getframe(1))
+        if note:
+            add_note(exc, note)
+    except Exception:
+        pass
+
+
+def _bootstrap_note(frame):
+    import linecache
+    import os
+    import textwrap
+    frames, outside = {"__main__": [], "__mp_main__": []}, None
+    while frame is not None:
+        name = frame.f_globals.get("__name__")
+        if name in frames:
+            if not frame.f_code.co_filename.startswith("<"):
+                frames[name].append(frame)
+        elif outside is None and not (name or "").startswith(("multiprocessing", "mpcompat")):
+            outside = frame
+        frame = frame.f_back
+    # In a spawn child the main module runs as __mp_main__ (under the child's own __main__).
+    main_frames = frames["__mp_main__"] or frames["__main__"]
+    if not main_frames and outside is None:
+        return None
+    top = main_frames[-1] if main_frames else outside
+    filename, line = top.f_code.co_filename, top.f_lineno
+    source = linecache.getline(filename, line).strip() or "..."
+    lines = [PREFIX + "%s, line %d starts a new process while this process is still importing "
+             "the main module to start up:" % (filename, line),
+             "", "    %d | %s" % (line, source)]
+    if main_frames and main_frames[0] is not top:
+        inner = main_frames[0]
+        lines.append("    (the process is started in %s(), line %d)" % (
+            inner.f_code.co_name, inner.f_lineno))
+    lines += [""] + textwrap.wrap(
+        "Under spawn and forkserver, every child process imports the main module again (as "
+        "__mp_main__), so code at module level runs again in each child, and this line tries "
+        "to start yet another process there. Put the code that starts processes under a main "
+        "guard in %s:" % os.path.basename(filename), 92) + [
+        "",
+        '    if __name__ == "__main__":',
+        "        %s" % source,
+    ]
+    return "\n".join(lines)

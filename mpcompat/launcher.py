@@ -1,0 +1,105 @@
+"""``mpcompat run [--start-method METHOD] -- COMMAND ...``: run a command with mpcompat active.
+
+The command runs with ``mpcompat/_startup`` first on PYTHONPATH. Its ``sitecustomize`` activates
+mpcompat at the start of every Python process of the command, children included, whether or not
+mpcompat is installed with its ``.pth`` file, then runs the ``sitecustomize`` it shadows.
+With ``--start-method``, that method becomes multiprocessing's default in all of them (the start
+method itself stays unset, as on macOS and Windows, so code that sets one still may). The exit
+code is the command's.
+"""
+import os
+import sys
+
+from mpcompat.autostart import PACKAGE_PARENT, site_dirs
+
+START_METHODS = ("spawn", "forkserver", "fork")
+START_METHOD_VAR = "MPCOMPAT_RUN_START_METHOD"  # read by mpcompat/_startup/sitecustomize.py
+STARTUP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_startup")
+
+
+def add_arguments(parser):
+    """Add ``--start-method`` and the command to ``parser``."""
+    import argparse
+    parser.add_argument(
+        "--start-method", choices=START_METHODS,
+        help="make this multiprocessing's default start method in every process of the "
+             "command (spawn shows on Linux the failures macOS and Windows users get)")
+    # Not dest="command": the top-level parser keeps the subcommand's name there.
+    parser.add_argument("argv", metavar="COMMAND", nargs=argparse.REMAINDER,
+                        help="the command to run and its arguments, after '--'")
+
+
+def main(args):
+    """Run ``args.argv`` in the environment :func:`command_env` builds; return its exit code."""
+    command = list(args.argv)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        sys.stderr.write("mpcompat run: no command given (mpcompat run [--start-method M] -- "
+                         "COMMAND ...)\n")
+        return 2
+    if args.start_method:
+        import multiprocessing
+        if args.start_method not in multiprocessing.get_all_start_methods():
+            sys.stderr.write("mpcompat run: start method %r is not available here (available: "
+                             "%s)\n" % (args.start_method,
+                                        ", ".join(multiprocessing.get_all_start_methods())))
+            return 2
+    env = command_env(os.environ, args.start_method)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        if os.name == "posix":
+            os.execvpe(command[0], command, env)  # the command takes over this process
+        import subprocess
+        return subprocess.call(command, env=env)
+    except OSError as exc:
+        sys.stderr.write("mpcompat run: cannot run %r: %s\n" % (command[0], exc.strerror or exc))
+        return 127 if isinstance(exc, FileNotFoundError) else 126
+
+
+def command_env(environ, start_method=None):
+    """Return a copy of ``environ`` that activates mpcompat in every Python process started with it.
+
+    PYTHONPATH gets the start-up directory first and, if mpcompat is not imported from a site
+    directory (a source checkout), the directory mpcompat is imported from: a site directory is
+    never put on PYTHONPATH, where it would come before the standard library.
+    """
+    env = dict(environ)
+    # Empty entries stay: they stand for the working directory.
+    entries = env["PYTHONPATH"].split(os.pathsep) if env.get("PYTHONPATH") else []
+    front = [STARTUP_DIR]
+    if not _is_site_dir(PACKAGE_PARENT):
+        front.append(PACKAGE_PARENT)
+    known = {os.path.realpath(p) for p in entries if p}
+    front = [p for p in front if os.path.realpath(p) not in known]
+    if front:
+        env["PYTHONPATH"] = os.pathsep.join(front + entries)
+    if start_method:
+        env[START_METHOD_VAR] = start_method
+    return env
+
+
+def _is_site_dir(path):
+    real = os.path.realpath(path)
+    return any(os.path.realpath(d) == real for d in site_dirs())
+
+
+def default_start_method(method):
+    """Make ``method`` multiprocessing's default start method in this process.
+
+    Applied when ``multiprocessing.context`` finishes importing (at once if it already has):
+    the default context's fallback is swapped, as if this platform defaulted to ``method``.
+    ``get_start_method(allow_none=True)`` still returns None and ``set_start_method`` still
+    works without ``force``. torch.multiprocessing and the DataLoader use this same default.
+    """
+    from mpcompat.patching import importhook
+
+    def apply(context, method=method):
+        try:  # private names, the same on Python 3.8 to 3.14
+            context._default_context._default_context = context._concrete_contexts[method]
+        except Exception as exc:  # importhook would drop it silently
+            if sys.stderr is not None:
+                sys.stderr.write("mpcompat run: could not make %r the default start method "
+                                 "(%s: %s)\n" % (method, type(exc).__name__, exc))
+    importhook.watch("multiprocessing.context", apply)

@@ -1,0 +1,55 @@
+"""Patch ``nuscenes.eval.detection.data_classes.DetectionConfig``: ``class_names`` is a list.
+
+nuscenes-devkit 1.0.0 to 1.2.0 set ``self.class_names = self.class_range.keys()`` in
+``DetectionConfig.__init__`` (nuscenes-devkit#1155), a ``dict_keys`` view that no CPython
+version pickles; every dataset that keeps the config (mmdet3d, BEVFormer, UniAD) then cannot
+reach a spawn worker. The patch wraps ``__init__`` in place, so the class keeps its identity
+and references taken earlier with ``from ... import DetectionConfig`` see it. After the
+original ``__init__`` ran, a ``dict_keys`` ``class_names`` becomes a list in ``class_range``
+order; everything else the original set is left as it is. ``deserialize`` and both
+``config_factory`` functions build configs through ``__init__``, so they are covered too.
+"""
+import functools
+
+from mpcompat.patching.table import Skip
+
+_DICT_KEYS = type({}.keys())
+# class -> (original __init__, our wrapper). Kept per class, not per module: after
+# importlib.reload the module holds a new class, and the old one is still patched.
+_patched = {}
+
+
+def apply(module):
+    """Wrap ``module.DetectionConfig.__init__`` (once per class)."""
+    cls = getattr(module, "DetectionConfig", None)
+    if not isinstance(cls, type):
+        raise Skip("%s has no DetectionConfig class" % module.__name__)
+    original = cls.__dict__.get("__init__")
+    if original is None:
+        raise Skip("DetectionConfig defines no __init__ of its own")
+    if cls in _patched:
+        return
+    wrapper = _wrap(original)
+    _patched[cls] = (original, wrapper)
+    cls.__init__ = wrapper
+
+
+def revert(module):
+    """Put back the original ``__init__`` of every DetectionConfig patched in ``module``.
+
+    A class whose ``__init__`` someone else has replaced since keeps theirs.
+    """
+    for cls in [c for c in _patched if c.__module__ == module.__name__]:
+        original, wrapper = _patched.pop(cls)
+        if cls.__dict__.get("__init__") is wrapper:
+            cls.__init__ = original
+
+
+def _wrap(original):
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        names = self.__dict__.get("class_names")
+        if type(names) is _DICT_KEYS:
+            self.class_names = list(names)
+    return __init__

@@ -1,0 +1,57 @@
+"""Patch ``nuscenes.eval.tracking.data_classes.TrackingConfig``: unpickling restores module state.
+
+``TrackingConfig.__init__`` (nuscenes-devkit 1.0.0 to 1.2.0) assigns the module global
+``TRACKING_NAMES``, which ``TrackingBox.__init__`` checks every class name against, and calls
+``TrackingMetricData.set_nelem``. Unpickling never runs ``__init__``: in a fresh spawn child
+``TRACKING_NAMES`` is still ``[]`` and every ``TrackingBox`` fails with
+``AssertionError: Error: Unknown tracking_name car``.
+
+The patch gives the class a ``__reduce_ex__`` whose pickle names
+``mpcompat.rebuild.rebuild_by_init``: the receiving process runs the original ``__init__``
+again with the config's own serialized arguments (so whatever it sets outside the instance is
+set there too), then restores the instance ``__dict__`` exactly. Because the pickle itself names
+mpcompat, this works in a child where mpcompat was never imported or is switched off.
+"""
+from mpcompat.patching.table import Skip
+from mpcompat.rebuild import rebuild_by_init
+
+# Pickling hooks whose presence means the class pickles its own way: then we stay out.
+_OWN_PICKLING = ("__reduce_ex__", "__reduce__", "__getstate__", "__setstate__")
+# class -> our __reduce_ex__; per class because importlib.reload makes a new class.
+_patched = {}
+
+
+def apply(module):
+    """Add ``__reduce_ex__`` to ``module.TrackingConfig`` (once per class)."""
+    cls = getattr(module, "TrackingConfig", None)
+    if not isinstance(cls, type):
+        raise Skip("%s has no TrackingConfig class" % module.__name__)
+    if cls in _patched:
+        return
+    own = [name for name in _OWN_PICKLING if name in cls.__dict__]
+    if own:
+        raise Skip("TrackingConfig defines %s itself" % ", ".join(own))
+    if not callable(getattr(cls, "serialize", None)):
+        raise Skip("TrackingConfig has no serialize() giving its __init__ arguments")
+    reduce_ex = _make_reduce_ex(cls)
+    _patched[cls] = reduce_ex
+    cls.__reduce_ex__ = reduce_ex
+
+
+def revert(module):
+    """Remove the ``__reduce_ex__`` added to every TrackingConfig patched in ``module``.
+
+    One that someone else has replaced since stays.
+    """
+    for cls in [c for c in _patched if c.__module__ == module.__name__]:
+        reduce_ex = _patched.pop(cls)
+        if cls.__dict__.get("__reduce_ex__") is reduce_ex:
+            del cls.__reduce_ex__
+
+
+def _make_reduce_ex(owner):
+    def __reduce_ex__(self, protocol):
+        if type(self).__reduce__ is not object.__reduce__:  # a subclass pickles its own way
+            return object.__reduce_ex__(self, protocol)
+        return rebuild_by_init, (type(self), owner, owner.serialize(self), self.__dict__)
+    return __reduce_ex__

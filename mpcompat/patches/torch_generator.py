@@ -1,0 +1,52 @@
+"""Patch ``torch.generator``: a ``torch.Generator`` reaches spawn children with its state.
+
+``torch.Generator.__reduce__`` (added by pytorch#126271 in 2024) ships its state as a fresh uint8
+tensor. In ``ForkingPickler`` torch shares that tensor's storage through a file descriptor
+(``reduce_storage`` in torch/multiprocessing/reductions.py), and when a ``Process`` is started
+with ``spawn`` or ``forkserver`` multiprocessing only notes the descriptor's number
+(``duplicate_for_child``): the temporary tensor, and its descriptor, are gone before the child
+starts, and the child dies in ``rebuild_storage_fd`` with "unable to resize file <filename not
+specified> to the right size" (pytorch#146828). Older torch cannot pickle a Generator at all.
+
+This patch registers, for ``ForkingPickler`` only, a reducer that ships the device, the
+initial seed and the state as bytes; plain ``pickle``, ``copy`` and ``torch.save`` keep
+torch's own ``__reduce__``.
+"""
+from multiprocessing.reduction import ForkingPickler
+
+from mpcompat.patching.table import Skip
+
+
+def reduce_generator(gen):
+    """Reduce a ``torch.Generator`` to its device, initial seed and state bytes."""
+    return rebuild_generator, (str(gen.device), gen.initial_seed(),
+                               bytes(gen.get_state().tolist()))
+
+
+def rebuild_generator(device, seed, state):
+    """Return a new ``torch.Generator`` on ``device`` with ``seed`` and the ``state`` bytes."""
+    import torch
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    gen.set_state(torch.tensor(list(state), dtype=torch.uint8))
+    return gen
+
+
+def apply(module):
+    """Register :func:`reduce_generator` for ``module.Generator`` in ForkingPickler."""
+    cls = getattr(module, "Generator", None)
+    if cls is None or not hasattr(cls, "get_state"):
+        raise Skip("torch.Generator has no get_state")
+    current = ForkingPickler._extra_reducers.get(cls)
+    if current is reduce_generator:
+        return
+    if current is not None:
+        raise Skip("ForkingPickler already has a reducer for torch.Generator: %r" % (current,))
+    ForkingPickler.register(cls, reduce_generator)
+
+
+def revert(module):
+    """Remove :func:`reduce_generator` from ForkingPickler if it is still the one there."""
+    cls = getattr(module, "Generator", None)
+    if cls is not None and ForkingPickler._extra_reducers.get(cls) is reduce_generator:
+        del ForkingPickler._extra_reducers[cls]

@@ -1,0 +1,300 @@
+"""Activation: ``import mpcompat`` activates; activate()/deactivate() do and undo exactly;
+MPCOMPAT_DISABLE; what the import loads; status() and ``python -m mpcompat status``."""
+import copyreg
+import pickle
+import random
+import subprocess
+import sys
+import threading
+import warnings
+
+import pytest
+
+import mpcompat
+from mpcompat import activation
+from testenv import REPO, child_env, run_python
+from workers import VIEW_KINDS, make_view, view_types
+
+TYPES = view_types()
+BUILTIN = activation.builtin_reducers()
+MODULE_TYPE = type(sys)
+
+
+def _hook_installed():
+    return any(type(f).__name__ == "_PostImportFinder" for f in sys.meta_path)
+
+
+def test_builtin_reducers_are_the_six_views_and_modules():
+    assert set(BUILTIN) == set(TYPES.values()) | {MODULE_TYPE}
+
+
+def test_import_activates():
+    assert mpcompat.is_active()
+    for cls, red in BUILTIN.items():
+        assert copyreg.dispatch_table[cls] is red
+        assert mpcompat.registered()[cls] is red
+    assert _hook_installed()  # the library patches are armed
+
+
+def test_activate_is_idempotent(restore_mpcompat):
+    mpcompat.activate()
+    once = dict(copyreg.dispatch_table)
+    registered = dict(mpcompat.registered())
+    mpcompat.activate()
+    mpcompat.activate()
+    assert dict(copyreg.dispatch_table) == once
+    assert dict(mpcompat.registered()) == registered
+    assert mpcompat.is_active()
+
+
+def test_deactivate_undoes_exactly(restore_mpcompat):
+    mpcompat.deactivate()
+    assert not mpcompat.is_active()
+    found = dict(copyreg.dispatch_table)
+    assert not set(BUILTIN) & set(found)
+    assert not _hook_installed()
+    for kind in VIEW_KINDS:
+        with pytest.raises(TypeError, match=kind):
+            pickle.dumps(make_view(kind, [(1, 2)]))
+    mpcompat.deactivate()  # idempotent too
+    assert dict(copyreg.dispatch_table) == found
+    mpcompat.activate()
+    mpcompat.activate()
+    assert pickle.loads(pickle.dumps(make_view("dict_keys", [(1, 2)]))) is not None
+    mpcompat.deactivate()
+    assert dict(copyreg.dispatch_table) == found
+    assert dict(mpcompat.registered()) == {}
+    assert not _hook_installed()
+
+
+def test_deactivate_restores_the_table_found_before_import():
+    code = """if 1:
+    import copyreg, sys
+    before = dict(copyreg.dispatch_table)
+    hooks = list(sys.meta_path)
+    import mpcompat
+    assert mpcompat.is_active() and dict(copyreg.dispatch_table) != before
+    mpcompat.deactivate()
+    print(dict(copyreg.dispatch_table) == before, sys.meta_path == hooks,
+          dict(mpcompat.registered()))
+    """
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True", "{}"]
+
+
+def test_deactivate_keeps_user_reducers(restore_mpcompat):
+    class Mine(object):
+        pass
+
+    def reduce_mine(obj):
+        return Mine, ()
+
+    def my_keys_reducer(view):
+        return list, (list(view),)
+
+    mpcompat.register(Mine, reduce_mine)
+    mpcompat.register(TYPES["dict_keys"], my_keys_reducer, override=True)
+    mpcompat.deactivate()
+    assert copyreg.dispatch_table[Mine] is reduce_mine
+    assert copyreg.dispatch_table[TYPES["dict_keys"]] is my_keys_reducer  # a user override
+    assert TYPES["dict_values"] not in copyreg.dispatch_table
+    assert pickle.loads(pickle.dumps({1: 2}.keys())) == [1]
+
+
+def test_activation_leaves_another_packages_view_reducer_alone(restore_mpcompat):
+    def foreign(view):
+        return tuple, (tuple(view),)
+
+    mpcompat.deactivate()
+    copyreg.pickle(TYPES["dict_keys"], foreign)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mpcompat.activate()
+    assert [w for w in caught if issubclass(w.category, mpcompat.MpcompatWarning)
+            and "dict_keys" in str(w.message)]
+    assert copyreg.dispatch_table[TYPES["dict_keys"]] is foreign
+    assert copyreg.dispatch_table[TYPES["dict_values"]] is BUILTIN[TYPES["dict_values"]]
+    assert pickle.loads(pickle.dumps({1: 2}.keys())) == (1,)
+    text = str(mpcompat.status())
+    assert "builtins.dict_keys" in text and "another package" in text
+    mpcompat.deactivate()
+    assert copyreg.dispatch_table[TYPES["dict_keys"]] is foreign
+    del copyreg.dispatch_table[TYPES["dict_keys"]]
+
+
+def test_concurrent_activate_and_deactivate(restore_mpcompat):
+    mpcompat.deactivate()
+    found = dict(copyreg.dispatch_table)
+    n_threads = 6
+    barrier = threading.Barrier(n_threads)
+    errors = []
+
+    def toggle(seed):
+        rng = random.Random(seed)
+        barrier.wait()
+        for _ in range(200):
+            try:
+                (mpcompat.activate if rng.random() < 0.5 else mpcompat.deactivate)()
+            except Exception as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=toggle, args=(i,)) for i in range(n_threads)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            sys.setswitchinterval(interval)
+    assert errors == []
+    assert not [w for w in caught if issubclass(w.category, mpcompat.MpcompatWarning)]
+    # the end state is one of the two consistent ones, whichever call came last
+    table = dict(copyreg.dispatch_table)
+    if mpcompat.is_active():
+        assert all(table[c] is r for c, r in BUILTIN.items())
+        assert {c: r for c, r in table.items() if c not in BUILTIN} == found
+    else:
+        assert table == found
+    mpcompat.activate()
+    assert all(copyreg.dispatch_table[c] is r for c, r in BUILTIN.items())
+    mpcompat.deactivate()
+    assert dict(copyreg.dispatch_table) == found
+
+
+# --- MPCOMPAT_DISABLE and a fresh import ----------------------------------------------------
+
+_DISABLED_CHILD = """
+import copyreg, pickle, sys
+before = dict(copyreg.dispatch_table)
+import mpcompat
+print("active", mpcompat.is_active())
+print("copyreg_unchanged", dict(copyreg.dispatch_table) == before)
+print("registered", len(mpcompat.registered()))
+print("hook", any(type(f).__module__.startswith("mpcompat") for f in sys.meta_path))
+print("patches", sorted({p.state for p in mpcompat.status().patches}))
+try:
+    pickle.dumps({1: 2}.keys())
+    print("pickles_view True")
+except TypeError:
+    print("pickles_view False")
+print("status_before", str(mpcompat.status()).splitlines()[0])
+
+class Box(object):
+    pass
+
+mpcompat.register(Box, lambda box: (Box, ()))
+print("register_works", pickle.loads(pickle.dumps(Box())).__class__ is Box
+      and Box in mpcompat.registered())
+mpcompat.activate()
+print("after_activate", mpcompat.is_active(), list(pickle.loads(pickle.dumps({1: 2}.keys()))))
+print("status_after", str(mpcompat.status()).splitlines()[0])
+"""
+
+
+def _parse(stdout):
+    return dict(line.split(" ", 1) for line in stdout.splitlines())
+
+
+@pytest.mark.parametrize("value", ["1", "true"])
+def test_mpcompat_disable_registers_and_patches_nothing(value):
+    proc = run_python(_DISABLED_CHILD, env=child_env(MPCOMPAT_DISABLE=value))
+    assert proc.returncode == 0, proc.stderr
+    out = _parse(proc.stdout)
+    assert out["active"] == "False"
+    assert out["copyreg_unchanged"] == "True"
+    assert out["registered"] == "0"
+    assert out["hook"] == "False"
+    assert out["patches"] == "['inactive']"
+    assert out["pickles_view"] == "False"
+    assert out["register_works"] == "True"
+    assert out["after_activate"] == "True [1]"
+    assert out["status_before"].endswith("inactive (disabled by MPCOMPAT_DISABLE=%s)" % value)
+    assert out["status_after"].endswith(": active (activated)")
+
+
+def test_without_mpcompat_disable_import_activates():
+    proc = run_python(_DISABLED_CHILD, env=child_env(MPCOMPAT_DISABLE="0"))
+    assert proc.returncode == 0, proc.stderr
+    out = _parse(proc.stdout)
+    assert (out["active"], out["copyreg_unchanged"], out["hook"]) == ("True", "False", "True")
+    assert out["registered"] == str(len(BUILTIN))
+    assert out["pickles_view"] == "True"
+
+
+HEAVY = ["wrapt", "torch", "numpy", "importlib.metadata", "asyncio"]
+
+
+def test_import_loads_no_heavy_module():
+    code = """if 1:
+    import sys
+    import mpcompat
+    assert mpcompat.is_active()
+    heavy = %r
+    print(sorted(m for m in sys.modules if m in heavy or m.split('.')[0] in heavy))
+    """ % (HEAVY,)
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_heavy_module_check_can_fail():
+    """The check above sees a heavy module when one is loaded."""
+    proc = run_python("import sys, asyncio, mpcompat; print('asyncio' in sys.modules)")
+    assert proc.stdout.strip() == "True"
+
+
+# --- status ---------------------------------------------------------------------------------
+
+def test_status_summary(restore_mpcompat):
+    class UserThing(object):
+        pass
+
+    def reduce_user_thing(obj):
+        return UserThing, ()
+
+    mpcompat.register(UserThing, reduce_user_thing)
+    report = mpcompat.status()
+    assert report.active is True and report.reason
+    assert set(report.builtin) == set(BUILTIN)
+    assert report.reducers[UserThing] is reduce_user_thing
+    text = str(report)
+    first = text.splitlines()[0]
+    assert first.startswith("mpcompat %s: active (" % mpcompat.__version__)
+    for cls, red in BUILTIN.items():
+        line = [l for l in text.splitlines() if ("builtins.%s " % cls.__name__) in l]
+        assert len(line) == 1 and "built-in" in line[0]
+        assert "%s.%s" % (red.__module__, red.__qualname__) in line[0]
+    user = [l for l in text.splitlines() if "UserThing" in l]
+    assert len(user) == 1 and " user " in user[0] and "reduce_user_thing" in user[0]
+    assert "patches:" in text
+
+    mpcompat.deactivate()
+    text = str(mpcompat.status())
+    assert text.splitlines()[0].endswith("inactive (deactivated by mpcompat.deactivate())")
+    assert "reduce_dict_keys" not in text and "reduce_user_thing" in text
+
+
+def test_python_m_mpcompat_status():
+    proc = subprocess.run([sys.executable, "-m", "mpcompat", "status"], env=child_env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "mpcompat %s: active (activated by import)" % mpcompat.__version__
+    for cls, red in BUILTIN.items():
+        assert any(("builtins.%s " % cls.__name__) in l and red.__name__ in l for l in lines)
+    assert "patches:" in lines
+
+    disabled = subprocess.run([sys.executable, "-m", "mpcompat", "status"],
+                              env=child_env(MPCOMPAT_DISABLE="1"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, universal_newlines=True, cwd=REPO,
+                              timeout=120)
+    assert disabled.returncode == 0, disabled.stderr
+    assert disabled.stdout.splitlines()[0].endswith(
+        ": inactive (disabled by MPCOMPAT_DISABLE=1)")
+    assert "  (none)" in disabled.stdout.splitlines()

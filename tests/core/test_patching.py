@@ -1,0 +1,320 @@
+"""The patch machinery: table, lenient versions, import hook, manager, status, command line.
+
+Torch-free and library-free: the patches under test are entries added to mpcompat's own table
+(``table.PATCHES``) that point at the tiny patch modules and target modules in
+``tests/patchkit``. Tests with the real nuscenes-devkit patches live in ``tests/old_stack``.
+"""
+import importlib
+import platform
+import subprocess
+import sys
+import warnings
+from contextlib import contextmanager
+
+import pytest
+
+import mpcompat
+from mpcompat import MpcompatWarning, PatchUnavailable
+from mpcompat.patching import table, versions
+from mpcompat.patching.table import PatchSpec
+
+from testenv import REPO, child_env, run_python
+
+ALPHA, BETA = "patchkit.target_alpha", "patchkit.target_beta"
+PYTHON = platform.python_version()
+
+
+def _pytest_version():
+    from importlib import metadata
+    return metadata.version("pytest")
+
+
+@pytest.fixture
+def add_patch(monkeypatch):
+    """Return ``add(name, **fields)``, which appends a PatchSpec to mpcompat's table.
+
+    Afterwards the table, the environment, the patchkit targets and mpcompat's activation are
+    put back as they were.
+    """
+    was_active = mpcompat.is_active()
+    saved = table.PATCHES
+    monkeypatch.delenv("MPCOMPAT_DISABLED_PATCHES", raising=False)
+    _drop_targets()
+
+    def add(name, target=ALPHA, impl="patchkit.good", distributions=(), supported="",
+            default=True):
+        spec = PatchSpec(name=name, targets=(target,), distributions=distributions,
+                         supported=supported, default=default, impl=impl,
+                         summary="test patch %s" % name)
+        table.PATCHES = table.PATCHES + (spec,)
+        return spec
+    yield add
+    mpcompat.deactivate()
+    table.PATCHES = saved
+    monkeypatch.undo()
+    _drop_targets()
+    if was_active:
+        mpcompat.activate()
+
+
+def _drop_targets():
+    for name in (ALPHA, BETA):
+        sys.modules.pop(name, None)
+
+
+def _import(name):
+    return importlib.import_module(name)
+
+
+@contextmanager
+def mpcompat_warnings():
+    """Record every warning in the block; the list holds the MpcompatWarning messages."""
+    found = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield found
+    found.extend(str(w.message) for w in caught if issubclass(w.category, MpcompatWarning))
+
+
+def _rows():
+    return {row.name: row for row in mpcompat.status().patches}
+
+
+def test_versions_are_read_leniently():
+    assert versions.parse("2.13.0+cpu") == (2, 13, 0)
+    assert versions.parse("1.9.0a0+git1234") == (1, 9, 0)
+    assert versions.parse("1.4.0rc1") == (1, 4, 0)
+    assert versions.parse("1.2.0.post1") == (1, 2, 0)
+    assert versions.parse("not a version") is None
+    assert versions.in_range("2.13.0+cpu", ">=1.8,<2.14")
+    assert versions.in_range("1.9.0a0+git1234", ">=1.8,<2.14")
+    assert versions.in_range("1.2", ">= 1.0 , < 1.3")
+    assert not versions.in_range("2.14.0", ">=1.8,<2.14")
+    assert not versions.in_range("1.7.1", ">=1.8,<2.14")
+    assert not versions.in_range("garbage", ">=1.0")
+    assert versions.in_range(PYTHON, "")
+    with pytest.raises(ValueError, match="bad version clause"):
+        versions.in_range("1.0", "~=1.0")
+    for spec in table.PATCHES:  # every declared range parses
+        versions.in_range("1.0", spec.supported)
+
+
+def test_reading_the_table_imports_nothing():
+    code = """
+import sys
+import mpcompat
+before = set(sys.modules)
+from mpcompat.patching import table
+rows = [(s.name, s.impl, s.targets, s.supported) for s in table.PATCHES]
+print(sorted(set(sys.modules) - before))
+before = set(sys.modules)
+mpcompat.activate()
+print(sorted(set(sys.modules) - before))
+"""
+    proc = run_python(code, env=child_env(MPCOMPAT_DISABLE="1"))
+    assert proc.returncode == 0, proc.stderr
+    table_imports, activation_imports = [eval(line) for line in proc.stdout.splitlines()]
+    assert set(table_imports) <= {"mpcompat.patching", "mpcompat.patching.table"}
+    heavy = ("torch", "nuscenes", "mmcv", "numpy", "mpcompat.patches.", "importlib.metadata")
+    assert [m for m in activation_imports if m.startswith(heavy)] == []
+
+
+def test_patch_applies_when_its_target_is_imported(add_patch):
+    add_patch("test.good", distributions=("pytest",), supported=">=3")
+    mpcompat.activate()
+    assert _rows()["test.good"].state == "waiting for import"
+    target = _import(ALPHA)
+    assert target.answer() == 42
+    row = _rows()["test.good"]
+    assert (row.state, row.distribution, row.version) == ("applied", "pytest", _pytest_version())
+    assert ALPHA in row.reason
+
+
+def test_target_imported_before_activation_is_patched_at_once(add_patch):
+    mpcompat.deactivate()
+    target = _import(ALPHA)
+    add_patch("test.good")
+    assert target.answer() == 41
+    mpcompat.activate()
+    assert target.answer() == 42
+    assert _rows()["test.good"].state == "applied"
+
+
+def test_patches_are_idempotent_and_reversible(add_patch):
+    target = _import(ALPHA)
+    original = target.answer
+    add_patch("test.good")
+    mpcompat.activate()
+    mpcompat.activate()
+    patched = target.answer
+    assert patched() == 42  # applied once, not stacked
+    mpcompat.deactivate()
+    assert target.answer is original
+    assert _rows()["test.good"].state == "inactive"
+    mpcompat.activate()
+    assert target.answer() == 42
+    mpcompat.activate(disabled_patches=["test.good"])
+    assert target.answer is original
+
+
+def test_reload_of_a_target_reapplies(add_patch):
+    from patchkit import good
+    add_patch("test.good")
+    mpcompat.activate()
+    target = _import(ALPHA)
+    calls = good.CALLS.count(ALPHA)
+    importlib.reload(target)
+    assert good.CALLS.count(ALPHA) == calls + 1
+    assert target.answer() == 42
+    assert _rows()["test.good"].state == "applied"
+    mpcompat.deactivate()
+    assert target.answer() == 41
+
+
+def test_raising_patch_never_breaks_the_import_and_warns_once(add_patch):
+    add_patch("test.raising", impl="patchkit.raising")
+    with mpcompat_warnings() as found:
+        mpcompat.activate()
+        target = _import(ALPHA)
+        importlib.reload(target)
+    assert target.answer() == 41
+    assert len(found) == 1, found
+    assert "'test.raising'" in found[0] and "python %s" % PYTHON in found[0]
+    assert "RuntimeError: boom: %s changed shape" % ALPHA in found[0]
+    row = _rows()["test.raising"]
+    assert row.state == "failed" and row.reason.startswith("RuntimeError: boom")
+
+
+def test_patch_module_that_cannot_be_imported_fails_without_breaking_the_target(add_patch):
+    add_patch("test.missing", impl="patchkit.no_such_patch")
+    with mpcompat_warnings() as found:
+        mpcompat.activate()
+        target = _import(ALPHA)
+    assert target.answer() == 41
+    assert len(found) == 1 and "'test.missing' failed on python" in found[0]
+    row = _rows()["test.missing"]
+    assert row.state == "failed"
+    assert row.reason == "ModuleNotFoundError: No module named 'patchkit.no_such_patch'"
+
+
+def test_version_outside_the_range_skips_with_one_warning(add_patch):
+    add_patch("test.too_new", distributions=("pytest",), supported=">=1000")
+    with mpcompat_warnings() as found:
+        mpcompat.activate()
+        target = _import(ALPHA)
+        importlib.reload(target)
+    assert target.answer() == 41
+    assert len(found) == 1, found
+    reason = "pytest %s is outside the supported range >=1000" % _pytest_version()
+    assert "'test.too_new'" in found[0] and reason in found[0]
+    row = _rows()["test.too_new"]
+    assert (row.state, row.reason, row.version) == ("skipped", reason, _pytest_version())
+
+
+def test_patch_that_declines_is_skipped_with_its_reason(add_patch):
+    add_patch("test.declining", impl="patchkit.declining")
+    with mpcompat_warnings() as found:
+        mpcompat.activate()
+        target = _import(ALPHA)
+    assert target.answer() == 41
+    assert len(found) == 1 and "'test.declining'" in found[0]
+    assert "skipped on python %s: this build of %s needs no patch" % (PYTHON, ALPHA) in found[0]
+    assert _rows()["test.declining"].state == "skipped"
+
+
+def test_disabled_patches_from_the_environment(add_patch, monkeypatch):
+    add_patch("test.one")
+    add_patch("test.two", target=BETA)
+    monkeypatch.setenv("MPCOMPAT_DISABLED_PATCHES", " test.one, test.two")
+    mpcompat.activate()
+    assert _import(ALPHA).answer() == 41 and _import(BETA).answer() == 41
+    rows = _rows()
+    for name in ("test.one", "test.two"):
+        assert (rows[name].state, rows[name].reason) == (
+            "disabled", "disabled by MPCOMPAT_DISABLED_PATCHES")
+    monkeypatch.setenv("MPCOMPAT_DISABLED_PATCHES", "test.two")
+    mpcompat.activate()
+    assert _import(ALPHA).answer() == 42 and _import(BETA).answer() == 41
+    monkeypatch.setenv("MPCOMPAT_DISABLED_PATCHES", "*")
+    mpcompat.activate()
+    assert _import(ALPHA).answer() == 41
+    assert {row.state for row in _rows().values()} == {"disabled"}
+
+
+def test_activate_takes_the_same_choice_and_checks_it(add_patch):
+    add_patch("test.one")
+    add_patch("test.old", target=BETA, distributions=("pytest",), supported="<1")
+    add_patch("test.absent", target=BETA, distributions=("no-such-distribution-mpcompat",))
+    with pytest.raises(ValueError, match="patches: unknown patch name.*'no.such'"):
+        mpcompat.activate(patches=["test.one", "no.such"])
+    with pytest.raises(ValueError, match="disabled_patches: unknown patch name"):
+        mpcompat.activate(disabled_patches="test.one,no.such")
+    with pytest.raises(PatchUnavailable, match=r"'test.old' cannot apply: pytest \S+ is outside"
+                                               r" the supported range <1"):
+        mpcompat.activate(patches=["test.old"])
+    with pytest.raises(PatchUnavailable, match="'test.absent' cannot apply: "
+                                               "no-such-distribution-mpcompat is not installed"):
+        mpcompat.activate(patches=["test.absent"])
+    mpcompat.activate(patches=["test.one"])
+    rows = _rows()
+    assert rows["test.one"].state == "waiting for import"
+    assert (rows["test.old"].state, rows["test.old"].reason) == ("disabled", "not requested")
+    assert _import(ALPHA).answer() == 42
+    mpcompat.activate(patches=["test.one"], disabled_patches=["test.one"])
+    assert _import(ALPHA).answer() == 41
+    assert _rows()["test.one"].reason == "disabled by activate(disabled_patches=...)"
+    mpcompat.activate(disabled_patches="*")
+    assert {row.state for row in _rows().values()} == {"disabled"}
+
+
+def test_asking_for_a_patch_that_failed_raises_its_reason(add_patch):
+    add_patch("test.raising", impl="patchkit.raising")
+    with mpcompat_warnings():
+        mpcompat.activate()
+        _import(ALPHA)
+    with pytest.raises(PatchUnavailable, match="'test.raising' cannot apply: RuntimeError: boom"):
+        mpcompat.activate(patches=["test.raising"])
+
+
+def test_status_lists_every_state_with_reason_and_version(add_patch):
+    add_patch("test.applied")
+    add_patch("test.waiting", target=BETA, distributions=("pytest",), supported=">=1")
+    add_patch("test.skipped", impl="patchkit.declining")
+    add_patch("test.failed", impl="patchkit.raising")
+    add_patch("test.disabled", target=BETA)
+    with mpcompat_warnings():
+        mpcompat.activate(disabled_patches=["test.disabled"])
+        _import(ALPHA)
+    report = mpcompat.status()
+    rows = {row.name: row for row in report.patches}
+    assert [rows["test." + s].state for s in ("applied", "waiting", "skipped", "failed",
+                                              "disabled")] == [
+        "applied", "waiting for import", "skipped", "failed", "disabled"]
+    assert rows["test.waiting"].version == _pytest_version()
+    assert rows["test.applied"].version == PYTHON
+    text = str(report)
+    for spec in table.PATCHES:
+        assert spec.name in text
+    for needle in ("needs no patch", "RuntimeError: boom", "disabled by activate",
+                   "pytest %s" % _pytest_version(), "python %s" % PYTHON,
+                   "none of %s imported yet" % BETA):
+        assert needle in text, needle
+
+
+def test_command_line_status():
+    env = child_env(MPCOMPAT_DISABLED_PATCHES="nuscenes.tracking_config,torch.generator")
+    proc = subprocess.run([sys.executable, "-m", "mpcompat", "status"], env=env, cwd=REPO,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("mpcompat %s: active" % mpcompat.__version__)
+    for spec in table.PATCHES:
+        row = [line for line in lines if line.split()[:1] == [spec.name]]
+        assert len(row) == 1, (spec.name, proc.stdout)
+        if spec.name in ("nuscenes.tracking_config", "torch.generator"):
+            assert " disabled " in row[0]
+            following = lines[lines.index(row[0]) + 1]
+            assert following.strip() == "disabled by MPCOMPAT_DISABLED_PATCHES"
+        else:
+            assert row[0].split()[1] in ("waiting", "applied", "skipped", "failed")

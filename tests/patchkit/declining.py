@@ -1,0 +1,11 @@
+"""A patch that declines with ``Skip``."""
+from mpcompat.patching.table import Skip
+
+
+def apply(module):
+    """Decline."""
+    raise Skip("this build of %s needs no patch" % module.__name__)
+
+
+def revert(module):
+    """Nothing to undo."""

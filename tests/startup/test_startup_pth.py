@@ -1,0 +1,83 @@
+"""The wheel's mpcompat.pth activates mpcompat in every interpreter of the venv and in every
+child it starts, without ``import mpcompat`` in user code; MPCOMPAT_DISABLE=1 keeps it off,
+and then everything fails as it does without mpcompat."""
+import os
+
+import pytest
+
+VIEWS = [["dict_keys", ["car", "pedestrian"]], ["dict_values", [50, 40]],
+         ["odict_items", [["car", 50], ["pedestrian", 40]]]]
+CANNOT_PICKLE = "TypeError: cannot pickle 'dict_keys' object"
+ON_OFF = pytest.mark.parametrize("disabled", [False, True], ids=["on", "MPCOMPAT_DISABLE"])
+
+
+def switch(disabled):
+    """Keyword arguments for Venv.run: MPCOMPAT_DISABLE=1, or nothing."""
+    return {"MPCOMPAT_DISABLE": "1"} if disabled else {}
+
+
+def test_the_wheel_puts_the_hook_at_the_root_of_site_packages(installed):
+    from mpcompat import autostart
+    for name in ("mpcompat.pth", "mpcompat.start"):  # .start: PEP 829, Python 3.15+
+        with open(os.path.join(installed.site_packages, name)) as f:
+            assert f.read() == autostart.ENABLED[name]
+        with open(os.path.join(os.path.dirname(autostart.__file__), "_startup", name)) as f:
+            assert f.read() == autostart.ENABLED[name]
+    assert os.path.isfile(os.path.join(installed.site_packages, "_mpcompat_bootstrap.py"))
+
+
+@ON_OFF
+@pytest.mark.parametrize("flags", [[], ["-I"]], ids=["plain", "isolated"])
+def test_a_plain_script(installed, flags, disabled):
+    report = installed.report("plain.py", prefix=["python"] + flags, **switch(disabled))
+    if disabled:
+        assert report["error"] == CANNOT_PICKLE
+        assert report["mpcompat_file"] is None
+    else:
+        assert report["result"] == VIEWS
+        assert report["mpcompat_file"].startswith(installed.site_packages)
+        # Twice: a venv processes its .pth files twice per start (CPython #75723).
+        assert report["bootstrap_calls"] == ["mpcompat.pth", "mpcompat.pth"]
+
+
+@ON_OFF
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_child_process(installed, method, disabled):
+    report = installed.report("pool.py", method, **switch(disabled))
+    if disabled:
+        assert report["error"] == CANNOT_PICKLE
+    else:
+        assert report["result"] == [[kind, values] for kind, values in VIEWS[:2]] + [
+            ["dict_items", [["car", 50], ["pedestrian", 40]]]]
+        assert report["child_active"] is True
+
+
+@ON_OFF
+def test_dataloader_workers(installed, disabled):
+    # Disabled, torch warns about the pickling error it then raises.
+    report = installed.report("loader.py", "spawn", quiet=not disabled, **switch(disabled))
+    if disabled:
+        assert report["error"] == CANNOT_PICKLE
+    else:
+        assert report["result"] == [["dict_keys", ["car", "pedestrian"]]] * 2
+        assert report["worker_active"] == [True, True]
+
+
+def test_processing_the_pth_again_does_nothing(installed):
+    code = ("import site, sys, _mpcompat_bootstrap as boot; first = sys.modules['mpcompat']; "
+            "n = len(boot.calls); site.addsitedir(%r); "
+            "print(len(boot.calls) - n, boot.outcome, sys.modules['mpcompat'] is first)"
+            % installed.site_packages)
+    proc = installed.run(["python", "-c", code])
+    assert (proc.stdout, proc.stderr) == ("1 activated True\n", "")
+
+
+@ON_OFF
+def test_status_names_the_route(installed, disabled):
+    proc = installed.run(["python", "-m", "mpcompat", "status"], **switch(disabled))
+    assert proc.returncode == 0, proc.stderr
+    line = [l for l in proc.stdout.splitlines() if l.startswith("auto-activation:")][0]
+    pth = os.path.join(installed.site_packages, "mpcompat.pth")
+    here = ("off in this process tree (MPCOMPAT_DISABLE=1)" if disabled
+            else "activated at start-up by mpcompat.pth")
+    assert line == "auto-activation: %s; on for this environment (%s)" % (here, pth)

@@ -1,0 +1,40 @@
+"""Helpers for tests that run child interpreters; ``from testenv import run_python``.
+
+(Also re-exported by tests/conftest.py, but import them from here: a conftest.py in a
+subdirectory replaces ``sys.modules["conftest"]`` once pytest collects it.)
+"""
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(REPO, "tests")
+
+
+def child_env(**overrides):
+    """The environment for a child interpreter: mpcompat importable from this checkout.
+
+    ``MPCOMPAT_DISABLE`` and ``MPCOMPAT_DISABLED_PATCHES`` from the outer environment are
+    dropped; pass them in ``overrides`` (a value of None removes a variable).
+    """
+    env = dict(os.environ)
+    for name in ("MPCOMPAT_DISABLE", "MPCOMPAT_DISABLED_PATCHES", "PYTHONDONTWRITEBYTECODE"):
+        env.pop(name, None)
+    env["PYTHONPATH"] = os.pathsep.join([REPO, TESTS])
+    for name, value in overrides.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
+def run_python(code, *args, python=None, env=None, timeout=300, cwd=None):
+    """Run ``python -c code *args`` in a fresh interpreter; return the CompletedProcess.
+
+    stdout and stderr are captured as text; the exit code is not checked.
+    """
+    return subprocess.run([python or sys.executable, "-c", code] + list(args),
+                          env=env if env is not None else child_env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=timeout, cwd=cwd or REPO)

@@ -1,0 +1,379 @@
+"""The torch patches on real torch, in this process, in spawn children and in fresh interpreters.
+
+- torch.boolean_dispatch: F.max_pool2d and the other functions made by boolean_dispatch pickle
+  by reference (identical objects in children); TorchScript and FX keep working; functions made
+  later by other modules are named; reload, deactivate and activate.
+- torch.safe_globals: torch.load(weights_only=True) of a checkpoint with dict views.
+- torch.generator: a Generator reaches spawn children (Pool and Process arguments) with its state.
+"""
+import collections
+import importlib
+import io
+import pickle
+import re
+import sys
+import textwrap
+import weakref
+from multiprocessing.reduction import ForkingPickler
+
+import pytest
+import torch
+import torch.functional
+import torch.nn.functional as F
+from torch._jit_internal import boolean_dispatch, boolean_dispatched
+
+import mpcompat
+import torch_workers
+from mpcompat import rebuild
+from mpcompat.patches import torch_boolean_dispatch, torch_generator, torch_safe_globals
+from testenv import child_env, run_python
+
+ORIGINAL_QUALNAME = "boolean_dispatch.<locals>.fn"
+LOCAL_OBJECT_ERROR = re.compile(r"Can't (pickle|get) local object 'boolean_dispatch.<locals>.fn'")
+PUBLIC = [
+    (F, "max_pool1d"), (F, "max_pool2d"), (F, "max_pool3d"),
+    (F, "adaptive_max_pool1d"), (F, "adaptive_max_pool2d"), (F, "adaptive_max_pool3d"),
+    (F, "fractional_max_pool2d"), (F, "fractional_max_pool3d"),
+    (torch.functional, "unique"), (torch.functional, "unique_consecutive"),
+    (torch.functional, "lu"),
+]
+
+
+def public_functions():
+    return [getattr(module, name) for module, name in PUBLIC]
+
+
+def bound_names(fn):
+    """The module-level names of fn's own module that are bound to fn itself."""
+    module = sys.modules.get(fn.__module__)
+    return [key for key, value in vars(module).items() if value is fn] if module else []
+
+
+# --- torch.boolean_dispatch, in this process -------------------------------------------------
+
+def test_public_dispatchers_pickle_by_reference():
+    for fn in public_functions():
+        assert fn in boolean_dispatched
+        for protocol in range(2, pickle.HIGHEST_PROTOCOL + 1):
+            assert pickle.loads(pickle.dumps(fn, protocol)) is fn
+        assert pickle.loads(ForkingPickler.dumps(fn)) is fn
+    assert pickle.loads(pickle.dumps(torch.unique)) is torch.unique  # torch re-exports it
+
+
+def test_every_dispatcher_is_named_only_by_a_name_bound_to_it():
+    seen = 0
+    for fn in list(boolean_dispatched):
+        if fn.__module__ not in sys.modules:  # made by a test module that is gone
+            continue
+        names = bound_names(fn)
+        if names:
+            assert fn.__qualname__ in names, fn
+            assert pickle.loads(pickle.dumps(fn)) is fn
+        else:  # an intermediate no module name reaches: left as torch made it
+            assert fn.__qualname__ == ORIGINAL_QUALNAME, fn
+        seen += 1
+    assert seen >= len(PUBLIC)
+    # torch.functional's intermediate dispatchers carry __name__ "unique", yet unique is bound
+    # to another function: each is named by the private name that really holds it.
+    inner = torch.functional._return_inverse_true
+    assert inner.__name__ == "unique" and inner.__qualname__ == "_return_inverse_true"
+    assert pickle.loads(pickle.dumps(inner)) is inner
+
+
+def test_dispatchers_reach_spawn_children_as_the_same_objects(spawn_pool):
+    entries = [(module.__name__, name, getattr(module, name)) for module, name in PUBLIC]
+    assert spawn_pool.apply(torch_workers.identity_in_child, (entries,)) == [True] * len(PUBLIC)
+    funcs = public_functions()
+    back = spawn_pool.apply(torch_workers.returned_with_mpcompat, (funcs,))
+    assert all(got is fn for got, fn in zip(back, funcs))
+
+
+def test_torchscript_and_fx_keep_working():
+    model = torch_workers.ScriptablePooling()
+    x = torch.arange(64, dtype=torch.float32).reshape(1, 1, 8, 8) % 7
+    expected = model(x)
+    for compiled in (torch.jit.script(model), torch.fx.symbolic_trace(model)):
+        got = compiled(x)
+        assert len(got) == len(expected)
+        for a, b in zip(got, expected):
+            assert torch.equal(a, b)
+
+
+USER_MODULES = {
+    # public and intermediate dispatchers in one module, as torch.functional has them
+    "mpc_bd_a": """
+        from torch._jit_internal import boolean_dispatch
+        def _true(x, flag=False): return ("true", x)
+        def _false(x, flag=False): return ("false", x)
+        _inner = boolean_dispatch("flag", 1, False, _true, _false, __name__, "pool")
+        _unreachable = [boolean_dispatch("flag", 1, False, _true, _false, __name__, "pool")]
+        pool = boolean_dispatch("flag", 1, False, _inner, _false, __name__, "pool")
+    """,
+    # made in one module for another that is in the middle of importing it
+    "mpc_bd_b": "from mpc_bd_c import shared",
+    "mpc_bd_c": """
+        from torch.nn.functional import boolean_dispatch
+        def _true(x, flag=False): return 1
+        def _false(x, flag=False): return 0
+        shared = boolean_dispatch("flag", 1, False, _true, _false, "mpc_bd_b", "shared")
+    """,
+    # made for a module that is not imported yet
+    "mpc_bd_d": """
+        from torch._jit_internal import boolean_dispatch
+        def _true(x, flag=False): return 1
+        def _false(x, flag=False): return 0
+        later = boolean_dispatch("flag", 1, False, _true, _false, "mpc_bd_e", "later")
+    """,
+    "mpc_bd_e": "from mpc_bd_d import later",
+}
+
+
+@pytest.fixture
+def user_modules(tmp_path):
+    for name, source in USER_MODULES.items():
+        (tmp_path / (name + ".py")).write_text(textwrap.dedent(source))
+    sys.path.insert(0, str(tmp_path))
+    yield
+    sys.path.remove(str(tmp_path))
+    for name in USER_MODULES:
+        sys.modules.pop(name, None)
+
+
+def test_dispatchers_made_after_activation_are_named(user_modules):
+    import mpc_bd_a
+    import mpc_bd_b
+    import mpc_bd_d
+    assert mpc_bd_a._inner.__qualname__ == "_inner"
+    assert mpc_bd_a.pool.__qualname__ == "pool"
+    assert mpc_bd_a._unreachable[0].__qualname__ == ORIGINAL_QUALNAME
+    assert mpc_bd_b.shared.__qualname__ == "shared"
+    assert mpc_bd_d.later.__qualname__ == ORIGINAL_QUALNAME  # mpc_bd_e does not exist yet
+    import mpc_bd_e
+    assert mpc_bd_e.later.__qualname__ == "later"
+    for fn in (mpc_bd_a._inner, mpc_bd_a.pool, mpc_bd_b.shared, mpc_bd_e.later):
+        assert pickle.loads(pickle.dumps(fn)) is fn
+    # Made at run time in a module already imported: named at the next sweep.
+    mpc_bd_a.made_late = boolean_dispatch("flag", 1, False, mpc_bd_a._true, mpc_bd_a._false,
+                                          "mpc_bd_a", "made_late")
+    assert mpc_bd_a.made_late.__qualname__ == ORIGINAL_QUALNAME
+    torch_boolean_dispatch.name_pending()
+    assert pickle.loads(pickle.dumps(mpc_bd_a.made_late)) is mpc_bd_a.made_late
+
+
+def test_deactivate_restores_qualnames_and_activate_renames(restore_mpcompat, user_modules):
+    import mpc_bd_a
+    named = public_functions() + [mpc_bd_a.pool]
+    table_type = type(boolean_dispatched)
+    mpcompat.deactivate()
+    assert type(boolean_dispatched) is weakref.WeakKeyDictionary
+    for fn in named:
+        assert fn.__qualname__ == ORIGINAL_QUALNAME
+    with pytest.raises((AttributeError, pickle.PicklingError), match=LOCAL_OBJECT_ERROR):
+        pickle.dumps(F.max_pool2d)
+    mpcompat.deactivate()  # idempotent
+    mpcompat.activate()
+    mpcompat.activate()
+    assert type(boolean_dispatched) is table_type
+    for fn in named:
+        assert pickle.loads(pickle.dumps(fn)) is fn
+
+
+def test_applying_again_changes_nothing():
+    qualnames = [fn.__qualname__ for fn in boolean_dispatched]
+    safe = torch.serialization.get_safe_globals()
+    torch_boolean_dispatch.apply(F)
+    torch_boolean_dispatch.apply(torch.functional)
+    torch_safe_globals.apply(torch.serialization)
+    torch_generator.apply(torch)
+    assert [fn.__qualname__ for fn in boolean_dispatched] == qualnames
+    assert len(torch.serialization.get_safe_globals()) == len(safe)
+    assert ForkingPickler._extra_reducers[torch.Generator] is torch_generator.reduce_generator
+
+
+# --- torch.boolean_dispatch, in fresh interpreters --------------------------------------------
+
+IMPORT_ORDER_SCRIPT = r"""
+import importlib, pickle, sys
+if sys.argv[1] == "mpcompat first":
+    import mpcompat
+    assert "torch" not in sys.modules
+import torch
+import torch.nn.functional as F
+if sys.argv[1] == "torch first":
+    import mpcompat
+
+def same(fn):
+    return pickle.loads(pickle.dumps(fn)) is fn
+
+assert same(F.max_pool2d) and same(F.adaptive_max_pool2d) and same(torch.unique)
+status = mpcompat.status()
+row = [p for p in status.patches if p.name == "torch.boolean_dispatch"][0]
+print("STATE", row.state, row.version)
+print(status)
+
+# importlib.reload: torch 2.13 itself refuses to re-run its modules ("function 'conv1d'
+# already has a docstring"); the patch must survive that failed reload ...
+old = F.max_pool2d
+try:
+    importlib.reload(F)
+except RuntimeError as exc:
+    print("RELOAD REFUSED", exc)
+assert F.max_pool2d is old and same(old)
+# ... and a reload that works: let torch's _add_docstr tolerate documented functions.
+add_docstr = torch._C._add_docstr
+def tolerant(obj, doc):
+    try:
+        return add_docstr(obj, doc)
+    except RuntimeError:
+        return obj
+torch._C._add_docstr = tolerant
+importlib.reload(F)
+importlib.reload(torch.functional)
+assert F.max_pool2d is not old and same(F.max_pool2d) and same(torch.functional.unique)
+assert old.__qualname__ == "boolean_dispatch.<locals>.fn"  # its name now holds another function
+x = torch.randn(1, 1, 4, 4)
+assert torch.equal(F.max_pool2d(x, 2), old(x, 2))
+
+mpcompat.deactivate()
+assert F.max_pool2d.__qualname__ == "boolean_dispatch.<locals>.fn"
+mpcompat.activate()
+assert same(F.max_pool2d)
+print("OK")
+"""
+
+
+@pytest.mark.parametrize("order", ["mpcompat first", "torch first"])
+def test_import_order_status_reload_and_reactivation(order):
+    proc = run_python(IMPORT_ORDER_SCRIPT, order)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "STATE applied %s" % torch.__version__ in proc.stdout
+    assert re.search(r"torch\.boolean_dispatch\s+applied\s+torch %s" % re.escape(torch.__version__),
+                     proc.stdout)
+    assert "RELOAD REFUSED function 'conv1d' already has a docstring" in proc.stdout
+    assert proc.stdout.rstrip().endswith("OK")
+    assert "MpcompatWarning" not in proc.stderr, proc.stderr
+
+
+DISABLED_SCRIPT = r"""
+import pickle
+import mpcompat
+import torch.nn.functional as F
+try:
+    pickle.dumps(F.max_pool2d)
+except Exception as exc:
+    print("ERROR %s: %s" % (type(exc).__name__, exc))
+print({p.name: p.state for p in mpcompat.status().patches})
+"""
+
+
+def test_disabled_patch_leaves_the_original_error():
+    env = child_env(MPCOMPAT_DISABLED_PATCHES="torch.boolean_dispatch")
+    proc = run_python(DISABLED_SCRIPT, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert LOCAL_OBJECT_ERROR.search(proc.stdout), proc.stdout
+    states = eval(proc.stdout.splitlines()[-1])
+    assert states["torch.boolean_dispatch"] == "disabled"
+    assert states["torch.safe_globals"] == states["torch.generator"] == "applied"
+
+
+# --- the first report: torch.multiprocessing.spawn with a model keeping F.adaptive_max_pool2d ---
+
+SCENARIO = "mpcompat.demo.scenario_torch_pool"
+
+
+def test_first_report_torch_multiprocessing_spawn():
+    """The demo scenario, run here: two spawned processes compute the parent's output."""
+    scenario = importlib.import_module(SCENARIO)
+    assert "computed the parent's output" in scenario.run()
+
+
+def test_demo_scenario_fails_without_mpcompat():
+    from mpcompat import demo
+    ok, summary, output = demo.run_scenario(SCENARIO, "without")
+    assert not ok and LOCAL_OBJECT_ERROR.search(summary), output
+
+
+# --- torch.safe_globals ----------------------------------------------------------------------
+
+def checkpoint_with_views():
+    weights = {"conv.weight": torch.ones(2, 2), "conv.bias": torch.zeros(2)}
+    odict = collections.OrderedDict(weights)
+    data = {"weights": weights, "keys": weights.keys(), "values": weights.values(),
+            "items": weights.items(), "okeys": odict.keys(), "ovalues": odict.values(),
+            "oitems": odict.items()}
+    buf = io.BytesIO()
+    torch.save(data, buf)
+    return data, buf.getvalue()
+
+
+def test_weights_only_load_of_dict_views(restore_mpcompat):
+    data, blob = checkpoint_with_views()
+    loaded = torch.load(io.BytesIO(blob), weights_only=True)
+    for key, view in data.items():
+        assert type(loaded[key]) is type(view)
+        if key in ("values", "ovalues"):
+            assert all(torch.equal(a, b) for a, b in zip(loaded[key], view))
+        elif key in ("items", "oitems", "weights"):
+            assert list(dict(loaded[key])) == list(dict(view))
+        else:
+            assert list(loaded[key]) == list(view)
+    active = torch.serialization.get_safe_globals()
+    mpcompat.deactivate()
+    others = torch.serialization.get_safe_globals()
+    assert len(active) == len(others) + 6
+    assert {id(f) for f in active} - {id(f) for f in others} == {
+        id(f) for f in torch_safe_globals.VIEW_REBUILDERS}
+    with pytest.raises(pickle.UnpicklingError,
+                       match="Unsupported global: GLOBAL mpcompat.rebuild.rebuild_dict_"):
+        torch.load(io.BytesIO(blob), weights_only=True)
+    mpcompat.activate()
+    assert type(torch.load(io.BytesIO(blob), weights_only=True)["keys"]) is type({}.keys())
+
+
+def test_revert_keeps_safe_globals_it_did_not_add(restore_mpcompat):
+    def users_own():
+        """A safe global a user registered."""
+    mpcompat.deactivate()
+    with torch.serialization.safe_globals([users_own, rebuild.rebuild_dict_keys]):
+        mpcompat.activate()
+        mpcompat.deactivate()
+        left = torch.serialization.get_safe_globals()
+        assert users_own in left and rebuild.rebuild_dict_keys in left
+        assert rebuild.rebuild_dict_values not in left
+    mpcompat.activate()
+
+
+# --- torch.generator -------------------------------------------------------------------------
+
+def test_generator_reaches_a_spawn_pool_child_with_its_state(spawn_pool):
+    generator = torch.Generator().manual_seed(4321)
+    torch.rand(11, generator=generator)
+    draws, seed = spawn_pool.apply(torch_workers.draw, (generator, 5))
+    assert draws == torch.rand(5, generator=generator).tolist()
+    assert seed == 4321
+
+
+def test_generator_as_a_process_argument_reaches_the_child():
+    """pytorch#146828: without the patch this child dies in rebuild_storage_fd."""
+    generator = torch.Generator().manual_seed(99)
+    torch.rand(3, generator=generator)
+    ctx = torch.multiprocessing.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    proc = ctx.Process(target=torch_workers.put_draws, args=(generator, 4, queue))
+    proc.start()
+    proc.join(120)
+    assert proc.exitcode == 0
+    assert queue.get() == (torch.rand(4, generator=generator).tolist(), 99)
+
+
+def test_generator_reducer_is_for_forking_pickler_only(restore_mpcompat):
+    generator = torch.Generator().manual_seed(5)
+    assert ForkingPickler._extra_reducers[torch.Generator] is torch_generator.reduce_generator
+    assert b"rebuild_generator" in bytes(ForkingPickler.dumps(generator))
+    assert b"mpcompat" not in pickle.dumps(generator)  # torch.save and pickle: torch's own
+    copy = pickle.loads(ForkingPickler.dumps(generator))
+    assert copy.initial_seed() == 5 and torch.equal(copy.get_state(), generator.get_state())
+    mpcompat.deactivate()
+    assert torch.Generator not in ForkingPickler._extra_reducers
+    mpcompat.activate()
+    assert ForkingPickler._extra_reducers[torch.Generator] is torch_generator.reduce_generator
