@@ -78,16 +78,21 @@ def measure_startup(python, env, runs=30, warmup=3, code="import mpcompat", base
 
 
 def check_activates(python, env, code="import mpcompat"):
-    """Make sure the measured command really activates mpcompat (else the number is moot)."""
-    out = subprocess.run([python, "-c", code + "; import mpcompat; print(mpcompat.is_active())"],
+    """Make sure the measured command really activates mpcompat (else the number is moot);
+    return the path of the mpcompat it imported."""
+    out = subprocess.run([python, "-c", code + "; import mpcompat; print(mpcompat.is_active(), "
+                          "mpcompat.__file__)"],
                          env=env, stdout=subprocess.PIPE, universal_newlines=True)
-    if out.stdout.strip() != "True":
+    if not out.stdout.startswith("True "):
         raise RuntimeError("mpcompat is not active after %r with %s" % (code, python))
+    return out.stdout.split(" ", 1)[1].strip()
 
 
 def startup_row(table, label, python, env, runs, code="import mpcompat"):
     """Measure and add one row to ``table`` (see ``startup_table``)."""
-    check_activates(python, env, code)
+    where = check_activates(python, env, code)
+    if env.get("PYTHONPATH") == REPO and not where.startswith(os.path.join(REPO, "mpcompat")):
+        raise RuntimeError("%s imported mpcompat from %s, not from this checkout" % (python, where))
     r = measure_startup(python, env, runs=runs, code=code)
     table.add(label, "%.1f ms" % r["base_ms"], "%.1f ms" % r["with_ms"],
               "**%+.2f ms**" % r["added_ms"], "%+.2f ms" % r["paired_ms"],
@@ -100,20 +105,62 @@ def startup_table(title="Start-up: python -c \"import mpcompat\" vs python -c pa
                          "added", "added (paired median)", "target", "result"])
 
 
+def count_instructions(python, env, code, cwd=None):
+    """Instructions executed by ``python -c code`` (valgrind's callgrind), or None.
+
+    Unlike wall time this does not depend on what else the machine is doing; it shows how
+    much work start-up does, not how long the loads from disk take.
+    """
+    import re
+    import shutil
+    if shutil.which("valgrind") is None:
+        return None
+    proc = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                           python, "-c", code], env=dict(env, PYTHONHASHSEED="0"),
+                          cwd=cwd or os.path.expanduser("~"), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
+    found = re.search(r"Collected : (\d+)", proc.stderr)
+    return int(found.group(1)) if found and proc.returncode == 0 else None
+
+
+def instructions_table():
+    return Table("Start-up work: instructions executed (callgrind, independent of machine load)",
+                 ["interpreter", "python -c pass", "import mpcompat", "added",
+                  "added, as ms of the measured pass median"])
+
+
+def instructions_row(table, label, python, env, pass_ms, code="import mpcompat"):
+    base = count_instructions(python, env, "pass")
+    with_ = count_instructions(python, env, code)
+    if base is None or with_ is None:
+        return None
+    added = with_ - base
+    table.add(label, "%.1f M" % (base / 1e6), "%.1f M" % (with_ / 1e6),
+              "%+.1f M (%+.1f%%)" % (added / 1e6, 100.0 * added / base),
+              "%.2f ms" % (pass_ms * added / base))
+    return added
+
+
 def run(quick=False):
     runs = 20 if quick else 40
     table = startup_table()
+    work = instructions_table()
     env = repo_env()
     for venv, version in VENVS:
         python = os.path.join(REPO, venv, "bin", "python")
         if not os.path.exists(python):
             continue
         compile_package(python, env)
-        startup_row(table, "Python %s (%s, PYTHONPATH=repo)" % (version, venv), python, env,
-                    runs)
+        label = "Python %s (%s, PYTHONPATH=repo)" % (version, venv)
+        result = startup_row(table, label, python, env, runs)
+        if not quick:
+            instructions_row(work, label, python, env, result["base_ms"])
     table.notes.append("%d runs of each command per interpreter, alternating, after 3 warm-up "
                        "runs; mpcompat's .pyc compiled first" % runs)
-    return [table]
+    work.notes.append("the last column scales the added instructions by the wall time of "
+                      "`python -c pass` measured above: an estimate of the added ms on an idle "
+                      "machine, where the pass/import ratio holds")
+    return [table] + ([work] if work.rows else [])
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ __all__ = [
     "rebuild_odict_items",
     "rebuild_module",
     "rebuild_by_init",
+    "rebuild_torch_generator",
 ]
 
 
@@ -77,3 +78,12 @@ def rebuild_by_init(cls, init_owner, init_kwargs, state):
     obj.__dict__.clear()
     obj.__dict__.update(state)
     return obj
+
+
+def rebuild_torch_generator(device, seed, state):
+    """Return a new ``torch.Generator`` on ``device`` with ``seed`` and the ``state`` bytes."""
+    import torch
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    gen.set_state(torch.tensor(list(state), dtype=torch.uint8))
+    return gen

@@ -15,21 +15,13 @@ torch's own ``__reduce__``.
 from multiprocessing.reduction import ForkingPickler
 
 from mpcompat.patching.table import Skip
+from mpcompat.rebuild import rebuild_torch_generator
 
 
 def reduce_generator(gen):
     """Reduce a ``torch.Generator`` to its device, initial seed and state bytes."""
-    return rebuild_generator, (str(gen.device), gen.initial_seed(),
+    return rebuild_torch_generator, (str(gen.device), gen.initial_seed(),
                                bytes(gen.get_state().tolist()))
-
-
-def rebuild_generator(device, seed, state):
-    """Return a new ``torch.Generator`` on ``device`` with ``seed`` and the ``state`` bytes."""
-    import torch
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed)
-    gen.set_state(torch.tensor(list(state), dtype=torch.uint8))
-    return gen
 
 
 def apply(module):

@@ -92,6 +92,7 @@ def test_unregister_restores_another_packages_entry(restore_mpcompat):
     copyreg.pickle(Local, foreign_reduce_local)
     with pytest.raises(ValueError, match="another package") as info:
         mpcompat.register(Local, reduce_local)
+    assert str(info.value).startswith("cls ")  # names the argument
     assert "override=True" in str(info.value) and "Local" in str(info.value)
     assert copyreg.dispatch_table[Local] is foreign_reduce_local
     mpcompat.register(Local, reduce_local, override=True)

@@ -369,7 +369,7 @@ def test_generator_as_a_process_argument_reaches_the_child():
 def test_generator_reducer_is_for_forking_pickler_only(restore_mpcompat):
     generator = torch.Generator().manual_seed(5)
     assert ForkingPickler._extra_reducers[torch.Generator] is torch_generator.reduce_generator
-    assert b"rebuild_generator" in bytes(ForkingPickler.dumps(generator))
+    assert b"rebuild_torch_generator" in bytes(ForkingPickler.dumps(generator))
     assert b"mpcompat" not in pickle.dumps(generator)  # torch.save and pickle: torch's own
     copy = pickle.loads(ForkingPickler.dumps(generator))
     assert copy.initial_seed() == 5 and torch.equal(copy.get_state(), generator.get_state())
