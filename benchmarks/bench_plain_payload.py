@@ -4,7 +4,8 @@
 calibrations, six cameras, nested sweeps lists; 9 arrays each), as mmdet3d's
 ``nuscenes_infos_*.pkl`` hold.
 ``pickle.dumps`` (protocol 5) with mpcompat active and deactivated, in the same process,
-interleaved rounds. Target: active at most 1.02x deactivated (best of rounds).
+interleaved rounds. Target: active at most 1.02x deactivated (median of the per-round
+ratios).
 """
 import os
 import pickle
@@ -82,7 +83,7 @@ def run(quick=False):
     import mpcompat
 
     infos = make_infos()
-    rounds = 3 if quick else 7
+    rounds = 3 if quick else 9
 
     def active():
         if not mpcompat.is_active():
@@ -107,18 +108,23 @@ def run(quick=False):
     switch_cost = max(min(switch["activate"]), min(switch["deactivate"]))
     best = {k: min(v) - switch_cost for k, v in times.items()}
     med = {k: median(v) - switch_cost for k, v in times.items()}
-    ratio = best["active"] / best["deactivated"]
+    # each round times both, one right after the other: the median of the per-round ratios
+    # cancels the slow drifts of a shared machine, which best-of and median alone do not
+    paired = median([(a - switch_cost) / (d - switch_cost)
+                     for a, d in zip(times["active"], times["deactivated"])])
     table = Table("Pickling %d nuScenes-like infos without views (protocol %d, %.0f MB)"
                   % (N_INFOS, PROTOCOL, size / 1e6),
-                  ["mpcompat", "best", "median", "ratio (best)", "ratio (median)", "target",
-                   "result"])
+                  ["mpcompat", "best", "median", "ratio (best)", "ratio (median)",
+                   "ratio (median of paired rounds)", "target", "result"])
     table.add("deactivated", "%.1f ms" % (best["deactivated"] * 1e3),
-              "%.1f ms" % (med["deactivated"] * 1e3), "1.000x", "1.000x", "", "")
+              "%.1f ms" % (med["deactivated"] * 1e3), "1.000x", "1.000x", "1.000x", "", "")
     table.add("active", "%.1f ms" % (best["active"] * 1e3), "%.1f ms" % (med["active"] * 1e3),
-              "**%.3fx**" % ratio, "%.3fx" % (med["active"] / med["deactivated"]),
-              "<= %.2fx" % TARGET, verdict(ratio <= TARGET))
+              "%.3fx" % (best["active"] / best["deactivated"]),
+              "%.3fx" % (med["active"] / med["deactivated"]), "**%.3fx**" % paired,
+              "<= %.2fx" % TARGET, verdict(paired <= TARGET))
     table.notes.append("%d interleaved rounds in one process, gc off while timing; the cost "
-                       "of switching (%.2f ms) is subtracted" % (rounds, switch_cost * 1e3))
+                       "of switching (%.2f ms) is subtracted; the verdict uses the median of "
+                       "the per-round ratios" % (rounds, switch_cost * 1e3))
     return [table]
 
 

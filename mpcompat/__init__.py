@@ -4,7 +4,6 @@ Importing this package activates it (unless ``MPCOMPAT_DISABLE=1``): dict views 
 pickle, and known library bugs are patched when those libraries are imported.
 """
 from mpcompat.activation import activate, deactivate, is_active
-from mpcompat.errors import MpcompatWarning, PatchUnavailable
 from mpcompat.registry import reducer, register, registered, registering, unregister
 
 __version__ = "0.1.0"
@@ -21,6 +20,8 @@ _LAZY = {
     "status": "mpcompat.report",
     "explain": "mpcompat.diagnose",
     "assert_picklable": "mpcompat.diagnose",
+    "MpcompatWarning": "mpcompat.errors",
+    "PatchUnavailable": "mpcompat.errors",
 }
 
 

@@ -3,12 +3,17 @@
 ``activate()`` registers the dict-view and module reducers and arms the patches;
 ``deactivate()`` undoes exactly that (copyreg is left as activation found it; reducers that
 users registered themselves stay). Both are idempotent and thread-safe.
+
+Activation runs in every interpreter and worker, so the default case (every default patch,
+none disabled) defers loading the patch manager: it only watches the target modules, and the
+manager is loaded and configured when the first of them is imported, or when status() or
+deactivate() needs it.
 """
 import os
+import sys
 from _thread import RLock
 
 from mpcompat import registry
-from mpcompat.errors import MpcompatWarning
 
 _TRUE = ("1", "true", "yes", "on")
 _lock = RLock()
@@ -22,11 +27,8 @@ def env_disabled(environ=os.environ):
 
 def builtin_reducers():
     """Return ``{type: reducer}`` for the reducers that activation registers."""
-    from mpcompat.modules import MODULE_TYPE, reduce_module
-    from mpcompat.views import VIEW_REDUCERS
-    reducers = dict(VIEW_REDUCERS)
-    reducers[MODULE_TYPE] = reduce_module
-    return reducers
+    from mpcompat.rebuild import BUILTIN_REDUCERS
+    return dict(BUILTIN_REDUCERS)
 
 
 def activate(*, patches=None, disabled_patches=None):
@@ -36,7 +38,12 @@ def activate(*, patches=None, disabled_patches=None):
     None applies every patch that is on by default. disabled_patches: names, or ``"*"``, to
     turn off; None reads ``MPCOMPAT_DISABLED_PATCHES``. Calling it again re-configures.
     """
-    from mpcompat.patching import manager
+    if patches is None and disabled_patches is None and _defaults_only():
+        with _lock:
+            _register_builtins()
+            _defer_patches()
+        return
+    from mpcompat import patch_manager as manager
     requested = None if patches is None else manager.parse_names(patches, "patches")
     if disabled_patches is None:
         disabled = _env_disabled_patches(manager)
@@ -45,15 +52,63 @@ def activate(*, patches=None, disabled_patches=None):
         disabled = manager.parse_names(disabled_patches, "disabled_patches")
         disabled_by = "disabled by activate(disabled_patches=...)"
     with _lock:
-        conflicts = []
-        for cls, reducer in builtin_reducers().items():
-            try:
-                registry.register(cls, reducer)
-            except ValueError as exc:
-                conflicts.append("%s.%s" % (cls.__module__, cls.__qualname__))
-                _warn("left %s.%s alone: %s" % (cls.__module__, cls.__qualname__, exc))
-        _state.update(active=True, reason="activated", conflicts=conflicts)
+        _register_builtins()
+        _undefer_patches()
         manager.configure(requested, disabled, disabled_by)
+
+
+def _register_builtins():
+    conflicts = []
+    for cls, reducer in builtin_reducers().items():
+        try:
+            registry.register(cls, reducer)
+        except ValueError as exc:
+            conflicts.append("%s.%s" % (cls.__module__, cls.__qualname__))
+            _warn("left %s.%s alone: %s" % (cls.__module__, cls.__qualname__, exc))
+    _state.update(active=True, reason="activated", conflicts=conflicts)
+
+
+def _defaults_only():
+    """Whether the patch configuration is the default one and the manager is not loaded yet."""
+    return ("mpcompat.patch_manager" not in sys.modules
+            and not os.environ.get("MPCOMPAT_DISABLED_PATCHES", "").strip())
+
+
+_deferred = []  # (target module name) watched until the manager is configured
+
+
+def _defer_patches():
+    from mpcompat import importhook, patch_table
+    if _deferred:
+        return
+    targets = {t for spec in patch_table.PATCHES if spec.default for t in spec.targets}
+    _deferred.extend(sorted(targets))
+    for target in _deferred:
+        importhook.watch(target, _configure_deferred)
+
+
+def _undefer_patches():
+    if _deferred:
+        from mpcompat import importhook
+        for target in _deferred:
+            importhook.unwatch(target, _configure_deferred)
+        del _deferred[:]
+
+
+def _configure_deferred(module=None):
+    """Load the manager and arm the default patches (a target was imported, or asked for)."""
+    with _lock:
+        if not _deferred:
+            return
+        _undefer_patches()
+        from mpcompat import patch_manager as manager
+        manager.configure(None, set(), "")
+
+
+def configure_pending_patches():
+    """Arm deferred patches now, so that the manager's state is complete (for status())."""
+    if _deferred:
+        _configure_deferred()
 
 
 def _env_disabled_patches(manager):
@@ -70,8 +125,9 @@ def _env_disabled_patches(manager):
 
 def deactivate():
     """Undo :func:`activate`: revert every patch and remove the built-in reducers."""
-    from mpcompat.patching import manager
     with _lock:
+        _undefer_patches()
+        from mpcompat import patch_manager as manager
         manager.disarm_all()
         for cls, reducer in builtin_reducers().items():
             registry.unregister_if(cls, reducer)
@@ -104,4 +160,5 @@ def activate_on_import():
 
 def _warn(message):
     import warnings
+    from mpcompat.errors import MpcompatWarning
     warnings.warn(MpcompatWarning("mpcompat: " + message), stacklevel=3)

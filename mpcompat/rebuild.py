@@ -1,12 +1,25 @@
-"""Rebuild functions named by mpcompat's pickles.
+"""How mpcompat pickles built-in types, and every function its pickles name.
 
-Every pickle that mpcompat's reducers produce refers to one of these functions by its import
-path (``mpcompat.rebuild.<name>``). Their names, module and signatures are part of the pickle
-format: moving or renaming one makes every pickle written before unreadable. The golden pickles
-under ``tests/golden/`` fail loudly if that happens.
+Rebuild functions: every pickle that mpcompat produces refers to one of the ``rebuild_*``
+functions here by its import path (``mpcompat.rebuild.<name>``). Their names, module and
+signatures are part of the pickle format: moving or renaming one makes every pickle written
+before unreadable. The golden pickles under ``tests/golden/`` fail loudly if that happens.
 
-This module imports only the standard library: it is loaded in every child process that
-unpickles a view, before anything else of mpcompat may be needed.
+Built-in reducers (``reduce_*``, ``BUILTIN_REDUCERS``), which activation registers in copyreg:
+- The six dict views, which no CPython version pickles. A keys view ships its keys, a values
+  view its values, an items view a copy of the mapping: no other data of the underlying dict
+  reaches the pickle. Each view is rebuilt on a fresh dict of the same kind, so type and order
+  survive; a view unpickled together with its dict is no longer linked to it (cloudpickle's
+  choice too). These reducers sit on the pickling hot path: one Python call per view, no
+  attribute look-ups; keys and values travel as the reduce arguments themselves
+  (``rebuild(*keys)``), which saves the pickler a list object and a memo entry per view.
+- Module objects: an importable module pickles as a reference to its name. mmcv before 1.4.8
+  keeps the modules a config file imports inside ``Config``; datasets sometimes keep a module
+  as an attribute; the standard library refuses both with ``cannot pickle 'module' object``.
+
+Reducers and rebuild functions share this module because it is loaded in every interpreter at
+start-up and in every child that unpickles a view: one module import less on both paths. It
+imports only the standard library.
 """
 try:  # the C type itself: importing collections costs start-up time
     from _collections import OrderedDict
@@ -24,6 +37,7 @@ __all__ = [
     "rebuild_module",
     "rebuild_by_init",
     "rebuild_torch_generator",
+    "BUILTIN_REDUCERS",
 ]
 
 
@@ -87,3 +101,83 @@ def rebuild_torch_generator(device, seed, state):
     gen.manual_seed(seed)
     gen.set_state(torch.tensor(list(state), dtype=torch.uint8))
     return gen
+
+
+# --- the built-in reducers -----------------------------------------------------------------------
+
+DICT_KEYS = type({}.keys())
+DICT_VALUES = type({}.values())
+DICT_ITEMS = type({}.items())
+ODICT_KEYS = type(OrderedDict().keys())
+ODICT_VALUES = type(OrderedDict().values())
+ODICT_ITEMS = type(OrderedDict().items())
+
+
+def reduce_dict_keys(view, _tuple=tuple, _rebuild=rebuild_dict_keys):
+    """Reduce a ``dict_keys`` view to its keys."""
+    return _rebuild, _tuple(view)
+
+
+def reduce_dict_values(view, _tuple=tuple, _rebuild=rebuild_dict_values):
+    """Reduce a ``dict_values`` view to its values."""
+    return _rebuild, _tuple(view)
+
+
+def reduce_dict_items(view, _dict=dict, _rebuild=rebuild_dict_items):
+    """Reduce a ``dict_items`` view to a plain dict of its items."""
+    return _rebuild, (_dict(view),)
+
+
+def reduce_odict_keys(view, _tuple=tuple, _rebuild=rebuild_odict_keys):
+    """Reduce an ``odict_keys`` view to its keys."""
+    return _rebuild, _tuple(view)
+
+
+def reduce_odict_values(view, _tuple=tuple, _rebuild=rebuild_odict_values):
+    """Reduce an ``odict_values`` view to its values."""
+    return _rebuild, _tuple(view)
+
+
+def reduce_odict_items(view, _dict=dict, _rebuild=rebuild_odict_items):
+    """Reduce an ``odict_items`` view to a plain dict of its items (order kept)."""
+    return _rebuild, (_dict(view),)
+
+
+VIEW_REDUCERS = {
+    DICT_KEYS: reduce_dict_keys,
+    DICT_VALUES: reduce_dict_values,
+    DICT_ITEMS: reduce_dict_items,
+    ODICT_KEYS: reduce_odict_keys,
+    ODICT_VALUES: reduce_odict_values,
+    ODICT_ITEMS: reduce_odict_items,
+}
+
+MODULE_TYPE = type(sys)  # types.ModuleType, without importing types (start-up time)
+# A child process has a __main__ of its own; the parent's cannot be imported there by name.
+_UNIMPORTABLE = frozenset(["__main__", "__mp_main__"])
+
+
+def reduce_module(module, _modules=sys.modules, _rebuild=rebuild_module):
+    """Reduce a module to its import name; refuse one the receiving process cannot import."""
+    name = getattr(module, "__name__", None)
+    if isinstance(name, str) and _modules.get(name) is module and name not in _UNIMPORTABLE:
+        return _rebuild, (name,)
+    # TypeError, as the standard library raises for every module: callers catching it still do.
+    if not isinstance(name, str):
+        raise TypeError(
+            "cannot pickle module %r: it has no __name__ to import it by" % (module,))
+    if name in _UNIMPORTABLE:
+        raise TypeError(
+            "cannot pickle module %r: a child process has a __main__ module of its own, not "
+            "this one. Keep a reference to an importable module instead, or move what it "
+            "provides into one." % name)
+    raise TypeError(
+            "cannot pickle module %r: sys.modules[%r] is %s, so a child process importing %r "
+            "would not get this module (modules loaded from files under temporary names, such "
+            "as config files, cannot be imported by name). Keep the values it defines instead "
+            "of the module itself." % (
+                name, name, "missing" if name not in _modules else "another object", name))
+
+
+BUILTIN_REDUCERS = dict(VIEW_REDUCERS)
+BUILTIN_REDUCERS[MODULE_TYPE] = reduce_module

@@ -2,7 +2,7 @@
 import sys
 
 from mpcompat import activation, registry
-from mpcompat.patching import manager
+from mpcompat import patch_manager as manager
 
 
 class PatchStatus(object):
@@ -32,6 +32,7 @@ class Status(object):
     """
 
     def __init__(self):
+        activation.configure_pending_patches()
         state = activation.state()
         self.active = state["active"]
         self.reason = state["reason"]

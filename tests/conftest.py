@@ -17,21 +17,6 @@ import pytest
 from testenv import REPO, TESTS, child_env, run_python  # noqa: E402,F401
 
 
-def _hide_tests_torch_without_torch():
-    """Without torch installed, ``import torch`` would find tests/torch/ (tests/ is on sys.path)
-    and import it as an empty namespace package; libraries that check for torch with
-    ``try: import torch`` (mmcv 1.x) would then break. Make it fail as it should."""
-    import importlib.util
-    spec = importlib.util.find_spec("torch")
-    if spec is not None and spec.origin in (None, "namespace") and all(
-            os.path.abspath(p).startswith(TESTS + os.sep)
-            for p in (spec.submodule_search_locations or [])):
-        sys.modules["torch"] = None  # import torch -> ModuleNotFoundError
-
-
-_hide_tests_torch_without_torch()
-
-
 def _nearest_conftest(config, path):
     """The conftest module pytest loaded that is nearest to ``path`` (a test file), or None."""
     by_dir = {}
@@ -53,7 +38,8 @@ def _point_conftest(config, path):
 
     Every conftest.py outside a package is imported under the one name "conftest"; pytest
     drops the previous one from sys.modules when it loads the next, so without this a module
-    under tests/torch/ doing ``from conftest import run_python`` would get tests/startup/'s.
+    under tests/torch_tests/ doing ``from conftest import run_python`` would get
+    tests/startup/'s.
     """
     module = _nearest_conftest(config, path)
     if module is not None:

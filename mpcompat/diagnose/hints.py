@@ -228,8 +228,7 @@ def _memory_hint(obj, exc, attr):
 
 
 def _view_or_module_hint(obj, exc, attr):
-    from mpcompat.views import VIEW_REDUCERS
-    from mpcompat.modules import MODULE_TYPE
+    from mpcompat.rebuild import MODULE_TYPE, VIEW_REDUCERS
     import mpcompat
     active = mpcompat.is_active()
     if type(obj) in VIEW_REDUCERS:

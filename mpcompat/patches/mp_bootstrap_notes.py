@@ -9,7 +9,7 @@ the file and line of the main module that started the process, with the ``if __n
 """
 import functools
 
-from mpcompat.patching.table import Skip
+from mpcompat.patch_table import Skip
 
 _MARK = "_mpcompat_bootstrap_notes"
 

@@ -11,7 +11,7 @@ order; everything else the original set is left as it is. ``deserialize`` and bo
 """
 import functools
 
-from mpcompat.patching.table import Skip
+from mpcompat.patch_table import Skip
 
 _DICT_KEYS = type({}.keys())
 # class -> (original __init__, our wrapper). Kept per class, not per module: after

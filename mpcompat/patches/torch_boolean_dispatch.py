@@ -24,8 +24,8 @@ import weakref
 from _thread import RLock
 from importlib.machinery import ModuleSpec
 
-from mpcompat.patching import importhook
-from mpcompat.patching.table import Skip
+from mpcompat import importhook
+from mpcompat.patch_table import Skip
 
 _lock = RLock()
 _MISSING = object()

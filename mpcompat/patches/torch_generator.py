@@ -14,7 +14,7 @@ torch's own ``__reduce__``.
 """
 from multiprocessing.reduction import ForkingPickler
 
-from mpcompat.patching.table import Skip
+from mpcompat.patch_table import Skip
 from mpcompat.rebuild import rebuild_torch_generator
 
 

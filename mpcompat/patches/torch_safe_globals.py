@@ -10,7 +10,7 @@ safe globals that the user (or anyone else) added stay, including these six if t
 already there.
 """
 from mpcompat import rebuild
-from mpcompat.patching.table import Skip
+from mpcompat.patch_table import Skip
 
 VIEW_REBUILDERS = (
     rebuild.rebuild_dict_keys,

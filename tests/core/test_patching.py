@@ -1,7 +1,7 @@
 """The patch machinery: table, lenient versions, import hook, manager, status, command line.
 
 Torch-free and library-free: the patches under test are entries added to mpcompat's own table
-(``table.PATCHES``) that point at the tiny patch modules and target modules in
+(``patch_table.PATCHES``) that point at the tiny patch modules and target modules in
 ``tests/patchkit``. Tests with the real nuscenes-devkit patches live in ``tests/old_stack``.
 """
 import importlib
@@ -15,8 +15,8 @@ import pytest
 
 import mpcompat
 from mpcompat import MpcompatWarning, PatchUnavailable
-from mpcompat.patching import table, versions
-from mpcompat.patching.table import PatchSpec
+from mpcompat import patch_table, versions
+from mpcompat.patch_table import PatchSpec
 
 from testenv import REPO, child_env, run_python
 
@@ -31,13 +31,13 @@ def _pytest_version():
 
 @pytest.fixture
 def add_patch(monkeypatch):
-    """Return ``add(name, **fields)``, which appends a PatchSpec to mpcompat's table.
+    """Return ``add(name, **fields)``, which appends a PatchSpec to mpcompat's patch_table.
 
     Afterwards the table, the environment, the patchkit targets and mpcompat's activation are
     put back as they were.
     """
     was_active = mpcompat.is_active()
-    saved = table.PATCHES
+    saved = patch_table.PATCHES
     monkeypatch.delenv("MPCOMPAT_DISABLED_PATCHES", raising=False)
     _drop_targets()
 
@@ -46,11 +46,11 @@ def add_patch(monkeypatch):
         spec = PatchSpec(name=name, targets=(target,), distributions=distributions,
                          supported=supported, default=default, impl=impl,
                          summary="test patch %s" % name)
-        table.PATCHES = table.PATCHES + (spec,)
+        patch_table.PATCHES = patch_table.PATCHES + (spec,)
         return spec
     yield add
     mpcompat.deactivate()
-    table.PATCHES = saved
+    patch_table.PATCHES = saved
     monkeypatch.undo()
     _drop_targets()
     if was_active:
@@ -95,7 +95,7 @@ def test_versions_are_read_leniently():
     assert versions.in_range(PYTHON, "")
     with pytest.raises(ValueError, match="bad version clause"):
         versions.in_range("1.0", "~=1.0")
-    for spec in table.PATCHES:  # every declared range parses
+    for spec in patch_table.PATCHES:  # every declared range parses
         versions.in_range("1.0", spec.supported)
 
 
@@ -104,8 +104,8 @@ def test_reading_the_table_imports_nothing():
 import sys
 import mpcompat
 before = set(sys.modules)
-from mpcompat.patching import table
-rows = [(s.name, s.impl, s.targets, s.supported) for s in table.PATCHES]
+from mpcompat import patch_table
+rows = [(s.name, s.impl, s.targets, s.supported) for s in patch_table.PATCHES]
 print(sorted(set(sys.modules) - before))
 before = set(sys.modules)
 mpcompat.activate()
@@ -114,7 +114,7 @@ print(sorted(set(sys.modules) - before))
     proc = run_python(code, env=child_env(MPCOMPAT_DISABLE="1"))
     assert proc.returncode == 0, proc.stderr
     table_imports, activation_imports = [eval(line) for line in proc.stdout.splitlines()]
-    assert set(table_imports) <= {"mpcompat.patching", "mpcompat.patching.table"}
+    assert set(table_imports) <= {"mpcompat.patch_table"}
     heavy = ("torch", "nuscenes", "mmcv", "numpy", "mpcompat.patches.", "importlib.metadata")
     assert [m for m in activation_imports if m.startswith(heavy)] == []
 
@@ -293,7 +293,7 @@ def test_status_lists_every_state_with_reason_and_version(add_patch):
     assert rows["test.waiting"].version == _pytest_version()
     assert rows["test.applied"].version == PYTHON
     text = str(report)
-    for spec in table.PATCHES:
+    for spec in patch_table.PATCHES:
         assert spec.name in text
     for needle in ("needs no patch", "RuntimeError: boom", "disabled by activate",
                    "pytest %s" % _pytest_version(), "python %s" % PYTHON,
@@ -309,7 +309,7 @@ def test_command_line_status():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("mpcompat %s: active" % mpcompat.__version__)
-    for spec in table.PATCHES:
+    for spec in patch_table.PATCHES:
         row = [line for line in lines if line.split()[:1] == [spec.name]]
         assert len(row) == 1, (spec.name, proc.stdout)
         if spec.name in ("nuscenes.tracking_config", "torch.generator"):

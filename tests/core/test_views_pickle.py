@@ -17,7 +17,7 @@ import numpy
 import pytest
 
 import mpcompat
-from mpcompat import rebuild, views
+from mpcompat import rebuild
 from workers import VIEW_KINDS, canon, make_view, view_types
 
 # pickle._Pickler as the standard library has it, even if dill was imported
@@ -43,7 +43,7 @@ def py_roundtrip(obj, protocol):
     return pickle._Unpickler(io.BytesIO(data)).load(), data
 
 
-def forking_roundtrip(obj, protocol=None):
+def forking_roundtrip(obj):
     data = bytes(ForkingPickler.dumps(obj))
     return ForkingPickler.loads(data), data
 
@@ -57,7 +57,7 @@ def test_six_types_are_registered_by_exact_type():
     for kind, cls in TYPES.items():
         assert cls.__name__ == kind
         assert table[cls] is copyreg.dispatch_table[cls]
-        assert table[cls] is getattr(views, "reduce_" + kind)
+        assert table[cls] is getattr(rebuild, "reduce_" + kind)
     # odict views subclass dict views: each still has its own exact entry
     assert issubclass(TYPES["odict_keys"], TYPES["dict_keys"])
 
@@ -230,7 +230,7 @@ def nested_cases():
         "list": _all_views(),
         "tuple": tuple(_all_views()),
         "dict": dict(zip(VIEW_KINDS, _all_views())),
-        "view_keyed_values": {("k", 1): make_view("dict_values", PAIRS)},
+        "dict_holding_a_values_view": {("k", 1): make_view("dict_values", PAIRS)},
         "dataclass": Config(*_all_views()[:3], extra=[_all_views()[3:]]),
         "slots": Slotted(make_view("odict_keys", PAIRS), [make_view("dict_items", PAIRS)]),
         "numpy_object_array": arr,

@@ -12,8 +12,8 @@ NUSCENES = "nuscenes-devkit %s" % metadata.version("nuscenes-devkit")
 _SCRIPT = """
 import importlib, json, warnings
 import mpcompat
-from mpcompat.patching import table
-specs = {s.name: s for s in table.PATCHES}
+from mpcompat import patch_table
+specs = {s.name: s for s in patch_table.PATCHES}
 det, trk = specs["nuscenes.detection_config"], specs["nuscenes.tracking_config"]
 saved = det.supported, trk.impl
 det.supported, trk.impl = ">=99", "patchkit.raising"   # out of range; a patch that raises

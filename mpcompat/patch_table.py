@@ -3,7 +3,7 @@
 Reading this table imports nothing: implementations are named by module path and imported
 only when their target module is imported. Each implementation module provides
 ``apply(module)`` and ``revert(module)``, called once per target module (see
-``mpcompat/patches/__init__.py``), and may raise ``mpcompat.patching.table.Skip`` to decline.
+``mpcompat/patches/__init__.py``), and may raise ``mpcompat.patch_table.Skip`` to decline.
 """
 
 

@@ -10,8 +10,8 @@ import sys
 from _thread import RLock
 
 from mpcompat.errors import MpcompatWarning, PatchUnavailable
-from mpcompat.patching import importhook, table
-from mpcompat.patching.table import Skip
+from mpcompat import importhook, patch_table
+from mpcompat.patch_table import Skip
 
 WAITING, APPLIED, SKIPPED, DISABLED, FAILED, INACTIVE = (
     "waiting for import", "applied", "skipped", "disabled", "failed", "inactive")
@@ -41,7 +41,7 @@ class PatchState(object):
 
 
 # name -> PatchState. The table is read at every call (never copied at import), so that a
-# PatchSpec added to or changed in table.PATCHES later is seen.
+# PatchSpec added to or changed in patch_table.PATCHES later is seen.
 _states = {}
 
 
@@ -56,7 +56,7 @@ def _state(spec):
 
 def known_names():
     """Return the names of the declared patches, in table order."""
-    return [spec.name for spec in table.PATCHES]
+    return [spec.name for spec in patch_table.PATCHES]
 
 
 def states(read_versions=True):
@@ -66,7 +66,7 @@ def states(read_versions=True):
     importlib.metadata; for status(), never for start-up).
     """
     with _lock:
-        result = [_state(spec) for spec in table.PATCHES]
+        result = [_state(spec) for spec in patch_table.PATCHES]
         if read_versions:
             for st in result:
                 _read_version(st)
@@ -98,7 +98,7 @@ def configure(requested, disabled, disabled_by):
     disabled_by: what turned them off, for status().
     """
     with _lock:
-        specs = table.PATCHES
+        specs = patch_table.PATCHES
         wanted = set(requested) if requested is not None else {
             spec.name for spec in specs if spec.default}
         wanted -= set(disabled)
@@ -168,7 +168,7 @@ def _read_version(st):
     # "" (not found) is read again: status() may ask before the target is imported, and a
     # package without metadata is only found through its __version__ once imported.
     if not st.version:
-        from mpcompat.patching import versions
+        from mpcompat import versions
         dist, version = versions.installed_version(st.spec.distributions)
         if version is None:  # no metadata (vendored, or run from a source tree): ask the package
             top = sys.modules.get(st.spec.targets[0].split(".")[0])
@@ -180,7 +180,7 @@ def _read_version(st):
 
 def _check_version(st):
     """Return the reason the installed version rules the patch out, or None."""
-    from mpcompat.patching import versions
+    from mpcompat import versions
     version = _read_version(st)
     if not version:
         return "%s is not installed (or has no version)" % " / ".join(st.spec.distributions)
