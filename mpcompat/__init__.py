@@ -4,7 +4,6 @@ Importing this package activates it (unless ``MPCOMPAT_DISABLE=1``): dict views 
 pickle, and known library bugs are patched when those libraries are imported.
 """
 from mpcompat.activation import activate, deactivate, is_active
-from mpcompat.registry import reducer, register, registered, registering, unregister
 
 __version__ = "0.1.0"
 
@@ -17,6 +16,11 @@ __all__ = [
 
 # Loaded on first use (PEP 562), so that activation stays cheap.
 _LAZY = {
+    "register": "mpcompat.registry",
+    "unregister": "mpcompat.registry",
+    "registered": "mpcompat.registry",
+    "registering": "mpcompat.registry",
+    "reducer": "mpcompat.registry",
     "status": "mpcompat.report",
     "explain": "mpcompat.diagnose",
     "assert_picklable": "mpcompat.diagnose",
@@ -29,8 +33,7 @@ def __getattr__(name):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError("module 'mpcompat' has no attribute %r" % name)
-    import importlib
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(__import__(module, fromlist=[name]), name)
     globals()[name] = value
     return value
 

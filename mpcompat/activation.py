@@ -13,8 +13,6 @@ import os
 import sys
 from _thread import RLock
 
-from mpcompat import registry
-
 _TRUE = ("1", "true", "yes", "on")
 _lock = RLock()
 _state = {"active": False, "reason": "not activated yet", "conflicts": []}
@@ -58,6 +56,29 @@ def activate(*, patches=None, disabled_patches=None):
 
 
 def _register_builtins():
+    """Register the built-in reducers now, or when copyreg is first imported.
+
+    Nothing can pickle or copy before copyreg is imported, and a fresh interpreter has not
+    imported it yet: waiting keeps copyreg and the reducers out of start-up.
+    """
+    _state.update(active=True, reason="activated")
+    if "copyreg" in sys.modules:
+        _register_builtins_now()
+    else:
+        from mpcompat import importhook
+        importhook.watch("copyreg", _on_copyreg_imported)
+
+
+def _on_copyreg_imported(module):
+    # No activation lock here: this may run inside registry's lock (see registry._table).
+    from mpcompat import importhook
+    importhook.unwatch("copyreg", _on_copyreg_imported)
+    if _state["active"]:
+        _register_builtins_now()
+
+
+def _register_builtins_now():
+    from mpcompat import registry
     conflicts = []
     for cls, reducer in builtin_reducers().items():
         try:
@@ -65,7 +86,7 @@ def _register_builtins():
         except ValueError as exc:
             conflicts.append("%s.%s" % (cls.__module__, cls.__qualname__))
             _warn("left %s.%s alone: %s" % (cls.__module__, cls.__qualname__, exc))
-    _state.update(active=True, reason="activated", conflicts=conflicts)
+    _state["conflicts"] = conflicts
 
 
 def _defaults_only():
@@ -105,8 +126,9 @@ def _configure_deferred(module=None):
         manager.configure(None, set(), "")
 
 
-def configure_pending_patches():
-    """Arm deferred patches now, so that the manager's state is complete (for status())."""
+def complete_deferred():
+    """Do the deferred work now (register reducers, arm patches): status() reports it all."""
+    import copyreg  # noqa: F401  (its import hook registers the reducers if still pending)
     if _deferred:
         _configure_deferred()
 
@@ -127,8 +149,11 @@ def deactivate():
     """Undo :func:`activate`: revert every patch and remove the built-in reducers."""
     with _lock:
         _undefer_patches()
+        from mpcompat import importhook
+        importhook.unwatch("copyreg", _on_copyreg_imported)
         from mpcompat import patch_manager as manager
         manager.disarm_all()
+        from mpcompat import registry
         for cls, reducer in builtin_reducers().items():
             registry.unregister_if(cls, reducer)
         _state.update(active=False, reason="deactivated by mpcompat.deactivate()", conflicts=[])

@@ -4,8 +4,11 @@ copyreg's table is what the C and pure-Python picklers, ``ForkingPickler`` (whic
 every ``__init__``), ``torch.save`` and ``copy.copy``/``copy.deepcopy`` all consult, so an entry
 made here applies everywhere at once. The registry remembers, for each type it manages, the
 entry copyreg held before mpcompat touched that type, so that ``unregister`` can put it back.
+
+copyreg is imported on first use, not with this module: activation defers registering the
+built-in reducers until copyreg is imported (nothing can pickle before), and its import hook
+may call back into this module while copyreg itself is being imported.
 """
-import copyreg
 from _thread import RLock
 
 __all__ = ["register", "unregister", "registered", "registering", "reducer"]
@@ -24,6 +27,11 @@ _entries = {}
 _NEVER_DISPATCHED = frozenset(
     [type(None), bool, int, float, bytes, bytearray, str, tuple, list, dict, set, frozenset,
      type, _FunctionType])
+
+
+def _table():
+    import copyreg
+    return copyreg.dispatch_table
 
 
 def _describe(obj):
@@ -50,8 +58,9 @@ def register(cls, reducer, *, override=False):
     mpcompat reducer, is refused with ``ValueError`` unless ``override=True``.
     """
     _check(cls, reducer)
+    table = _table()  # outside the lock: a first import of copyreg runs activation's hook
     with _lock:
-        current = copyreg.dispatch_table.get(cls, _MISSING)
+        current = table.get(cls, _MISSING)
         entry = _entries.get(cls)
         if entry is not None and current is reducer and entry[0] is reducer:
             return reducer
@@ -62,7 +71,7 @@ def register(cls, reducer, *, override=False):
                 "override=True to replace it" % (cls.__module__, cls.__qualname__, current, owner))
         previous = entry[1] if entry is not None else current
         _entries[cls] = (reducer, previous)
-        copyreg.dispatch_table[cls] = reducer
+        table[cls] = reducer
     return reducer
 
 
@@ -84,6 +93,7 @@ def unregister(cls):
     """
     if not isinstance(cls, type):
         raise TypeError("cls must be a type (a class), got %s" % _describe(cls))
+    _table()  # registers pending built-in reducers first
     with _lock:
         entry = _entries.pop(cls, None)
         if entry is None:
@@ -106,16 +116,17 @@ def unregister_if(cls, reducer):
 
 
 def _restore_copyreg(cls, ours, previous):
-    if copyreg.dispatch_table.get(cls, _MISSING) is not ours:
+    if _table().get(cls, _MISSING) is not ours:
         return  # replaced by someone else since: theirs stays
     if previous is _MISSING:
-        del copyreg.dispatch_table[cls]
+        del _table()[cls]
     else:
-        copyreg.dispatch_table[cls] = previous
+        _table()[cls] = previous
 
 
 def registered():
     """Return a read-only snapshot mapping each type mpcompat manages to its reducer."""
+    _table()  # registers pending built-in reducers first
     with _lock:
         return _MappingProxyType({cls: entry[0] for cls, entry in _entries.items()})
 
@@ -136,8 +147,9 @@ class registering(object):
         self._saved = None
 
     def __enter__(self):
+        _table()  # registers pending built-in reducers first
         with _lock:
-            self._saved = [(cls, _entries.get(cls), copyreg.dispatch_table.get(cls, _MISSING))
+            self._saved = [(cls, _entries.get(cls), _table().get(cls, _MISSING))
                            for cls, _ in self._items]
             try:
                 for cls, func in self._items:
@@ -160,6 +172,6 @@ def _restore_snapshot(saved):
         else:
             _entries[cls] = entry
         if copyreg_entry is _MISSING:
-            copyreg.dispatch_table.pop(cls, None)
+            _table().pop(cls, None)
         else:
-            copyreg.dispatch_table[cls] = copyreg_entry
+            _table()[cls] = copyreg_entry

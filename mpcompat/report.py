@@ -32,7 +32,7 @@ class Status(object):
     """
 
     def __init__(self):
-        activation.configure_pending_patches()
+        activation.complete_deferred()
         state = activation.state()
         self.active = state["active"]
         self.reason = state["reason"]
