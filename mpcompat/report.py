@@ -56,13 +56,14 @@ class Status(object):
         for name in self.conflicts:
             lines.append("  %-28s left to the reducer another package registered" % name)
         lines += ["", "patches:"]
+        width = max([len(p.name) for p in self.patches] + [10])
         for p in self.patches:
             version = ("%s %s" % (p.distribution, p.version) if p.version
                        else "%s not checked" % "/".join(p.targets[:1]) if p.version is None
                        else "not installed")
-            lines.append("  %-26s %-18s %s" % (p.name, p.state, version))
+            lines.append("  %-*s  %-18s %s" % (width, p.name, p.state, version))
             if p.reason:
-                lines.append("  %-26s %s" % ("", p.reason))
+                lines.append("  %-*s  %s" % (width, "", p.reason))
         return "\n".join(lines)
 
     def __repr__(self):

@@ -12,49 +12,9 @@ import sys
 
 import pytest
 
-# Helpers for tests live in testenv.py: import them from there. They stay importable from
-# here too (``from conftest import run_python``), see _point_conftest below.
+# Helpers for tests live in testenv.py (``from testenv import run_python``): a conftest.py is
+# not importable by name once several of them exist (each is imported as "conftest").
 from testenv import REPO, TESTS, child_env, run_python  # noqa: E402,F401
-
-
-def _nearest_conftest(config, path):
-    """The conftest module pytest loaded that is nearest to ``path`` (a test file), or None."""
-    by_dir = {}
-    for plugin in config.pluginmanager.get_plugins():
-        filename = getattr(plugin, "__file__", None)
-        if filename and os.path.basename(filename) == "conftest.py":
-            by_dir[os.path.dirname(os.path.abspath(filename))] = plugin
-    folder = os.path.dirname(os.path.abspath(str(path)))
-    while folder not in by_dir:
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            return None
-        folder = parent
-    return by_dir[folder]
-
-
-def _point_conftest(config, path):
-    """Make ``import conftest`` in a test module mean the conftest.py nearest to it.
-
-    Every conftest.py outside a package is imported under the one name "conftest"; pytest
-    drops the previous one from sys.modules when it loads the next, so without this a module
-    under tests/torch_tests/ doing ``from conftest import run_python`` would get
-    tests/startup/'s.
-    """
-    module = _nearest_conftest(config, path)
-    if module is not None:
-        sys.modules["conftest"] = module
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collectstart(collector):
-    if isinstance(collector, pytest.Module):
-        _point_conftest(collector.config, collector.path)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
-    _point_conftest(item.config, item.path)
 
 
 @pytest.fixture(scope="session")

@@ -248,6 +248,68 @@ def test_heavy_module_check_can_fail():
     assert proc.stdout.strip() == "True"
 
 
+def test_start_up_defers_copyreg_registry_and_patch_manager():
+    """A fresh interpreter loads four small modules; the rest waits until it is needed."""
+    code = """if 1:
+    import sys
+    import mpcompat
+    print(sorted(m for m in sys.modules if m.startswith("mpcompat") or m == "copyreg"))
+    import pickle  # imports copyreg: the built-in reducers are registered right then
+    print(type(pickle.loads(pickle.dumps({"a": 1}.keys()))).__name__)
+    print("mpcompat.patch_manager" in sys.modules)
+    import multiprocessing.reduction  # a patch target: the manager arms the patches
+    print(mpcompat.status().patches[5].name, mpcompat.status().patches[5].state)
+    """
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert eval(lines[0]) == ["mpcompat", "mpcompat.activation", "mpcompat.importhook",
+                              "mpcompat.patch_table"]
+    assert lines[1:] == ["dict_keys", "False", "multiprocessing.pickling_notes applied"]
+
+
+def test_deactivate_before_copyreg_is_imported_registers_nothing_later():
+    code = """if 1:
+    import sys
+    import mpcompat
+    mpcompat.deactivate()
+    import copy
+    try:
+        copy.copy({"a": 1}.keys())
+    except TypeError as exc:
+        print("TypeError", exc)
+    print(dict(mpcompat.registered()))
+    """
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["TypeError cannot pickle 'dict_keys' object", "{}"]
+
+
+def test_registered_before_copyreg_is_imported_lists_the_builtins():
+    proc = run_python("import mpcompat; print(sorted(t.__name__ for t in mpcompat.registered()))")
+    assert proc.returncode == 0, proc.stderr
+    assert eval(proc.stdout) == sorted(
+        ["dict_items", "dict_keys", "dict_values", "module", "odict_items", "odict_keys",
+         "odict_values"])
+
+
+def test_unknown_name_in_disabled_patches_variable_warns_and_keeps_the_rest():
+    code = """if 1:
+    import warnings
+    warnings.simplefilter("always")
+    import mpcompat
+    import pickle
+    rows = {p.name: p.state for p in mpcompat.status().patches}
+    print(mpcompat.is_active(), rows["torch.generator"],
+          type(pickle.loads(pickle.dumps({}.keys()))).__name__)
+    """
+    proc = run_python(code, env=child_env(MPCOMPAT_DISABLED_PATCHES="torch.generator,no.such"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "disabled", "dict_keys"]
+    assert "MPCOMPAT_DISABLED_PATCHES: unknown patch name(s) 'no.such'" in proc.stderr
+    assert "the known names still apply" in proc.stderr
+
+
 # --- status ---------------------------------------------------------------------------------
 
 def test_status_summary(restore_mpcompat):

@@ -17,7 +17,7 @@ import pytest
 import diagnose_workers as w
 import mpcompat
 import workers
-from conftest import child_env
+from testenv import child_env
 from mpcompat.diagnose.notes import add_note, notes_of
 from mpcompat.patch_table import BY_NAME
 

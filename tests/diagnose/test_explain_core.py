@@ -191,7 +191,7 @@ def test_recursing_getattr_does_not_break_the_walk():
 
 
 def test_main_module_objects_when_children_cannot_import_main(tmp_path):
-    from conftest import run_python
+    from testenv import run_python
     code = "\n".join([
         "import multiprocessing, threading, mpcompat",
         "def work():",
@@ -352,7 +352,7 @@ def test_cli_exit_codes(capsys):
 
 def test_cli_as_python_dash_m():
     import subprocess
-    from conftest import REPO, child_env
+    from testenv import REPO, child_env
     result = subprocess.run([sys.executable, "-m", "mpcompat", "explain",
                              "diagnose_workers:BROKEN"], env=child_env(), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
