@@ -85,8 +85,5 @@ def _version():
 
 
 def _autostart():
-    try:
-        from mpcompat import autostart
-    except ImportError:
-        return "not available in this version"
+    from mpcompat import autostart
     return autostart.describe()
