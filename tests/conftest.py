@@ -17,22 +17,23 @@ import pytest
 from testenv import REPO, TESTS, child_env, run_python  # noqa: E402,F401
 
 
-@pytest.fixture(scope="session")
-def spawn_pool():
-    """A two-process ``spawn`` pool shared by the whole session."""
-    pool = multiprocessing.get_context("spawn").Pool(2)
+def _session_pool(method):
+    pool = multiprocessing.get_context(method).Pool(2)
     yield pool
     pool.terminate()
     pool.join()
+
+
+@pytest.fixture(scope="session")
+def spawn_pool():
+    """A two-process ``spawn`` pool shared by the whole session."""
+    yield from _session_pool("spawn")
 
 
 @pytest.fixture(scope="session")
 def forkserver_pool():
     """A two-process ``forkserver`` pool shared by the whole session."""
-    pool = multiprocessing.get_context("forkserver").Pool(2)
-    yield pool
-    pool.terminate()
-    pool.join()
+    yield from _session_pool("forkserver")
 
 
 @pytest.fixture
