@@ -135,14 +135,13 @@ def complete_deferred():
 
 def _env_disabled_patches(manager):
     """Read MPCOMPAT_DISABLED_PATCHES; a typo there warns instead of turning mpcompat off."""
-    value = os.environ.get("MPCOMPAT_DISABLED_PATCHES", "")
-    try:
-        return manager.parse_names(value, "MPCOMPAT_DISABLED_PATCHES")
-    except ValueError as exc:
-        _warn("%s (the known names still apply)" % exc)
-        names = {n.strip() for n in value.split(",") if n.strip()}
-        return manager.parse_names([n for n in names if n in manager.known_names()],
-                                   "MPCOMPAT_DISABLED_PATCHES")
+    names = {n.strip() for n in os.environ.get("MPCOMPAT_DISABLED_PATCHES", "").split(",")}
+    names.discard("")
+    unknown = sorted(names - set(manager.known_names()) - {"*"})
+    if unknown:
+        _warn("MPCOMPAT_DISABLED_PATCHES: unknown patch name(s) %s ignored; known: %s"
+              % (", ".join(map(repr, unknown)), ", ".join(sorted(manager.known_names()))))
+    return manager.parse_names(names.difference(unknown), "MPCOMPAT_DISABLED_PATCHES")
 
 
 def deactivate():

@@ -67,10 +67,6 @@ class _PostImportFinder(object):
             spec.loader = _ChainedLoader(spec.loader)
         return spec
 
-    # Python 3.8-3.11 may still ask for the legacy API on some paths.
-    def invalidate_caches(self):
-        pass
-
 
 _finder = _PostImportFinder()
 

@@ -38,3 +38,17 @@ def run_python(code, *args, python=None, env=None, timeout=300, cwd=None):
                           env=env if env is not None else child_env(),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=timeout, cwd=cwd or REPO)
+
+
+def race(threads):
+    """Start ``threads`` with the interpreter switching between them as often as it can, and
+    wait for them all (the switch interval is restored afterwards)."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)

@@ -4,7 +4,6 @@ import copyreg
 import io
 import pickle
 import random
-import sys
 import threading
 import types
 from multiprocessing.reduction import ForkingPickler
@@ -13,6 +12,7 @@ import pytest
 
 import mpcompat
 import workers
+from testenv import race
 from workers import Handle, canon, reduce_handle
 
 
@@ -279,15 +279,7 @@ def test_concurrent_register_and_unregister_leave_a_consistent_table(restore_mpc
                 errors.append(exc)
 
     threads = [threading.Thread(target=hammer, args=(seed,)) for seed in range(n_threads)]
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as possible
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
+    race(threads)
     assert errors == []
     table = _consistent()
     for cls in classes:
