@@ -155,6 +155,8 @@ def deactivate():
         from mpcompat import registry
         for cls, reducer in builtin_reducers().items():
             registry.unregister_if(cls, reducer)
+        from mpcompat import rebuild
+        rebuild.release_cached_views()
         _state.update(active=False, reason="deactivated by mpcompat.deactivate()", conflicts=[])
 
 

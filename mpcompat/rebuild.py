@@ -13,6 +13,11 @@ Built-in reducers (``reduce_*``, ``BUILTIN_REDUCERS``), which activation registe
   choice too). These reducers sit on the pickling hot path: one Python call per view, no
   attribute look-ups; keys and values travel as the reduce arguments themselves
   (``rebuild(*keys)``), which saves the pickler a list object and a memo entry per view.
+  Where the C extension ``mpcompat._speedups`` is built, ``VIEW_REDUCERS`` holds its keys and
+  values reducers instead: they produce the same pickles, and views whose keys are the very
+  same objects share one arguments tuple, which the pickler then writes once
+  (``mpcompat/_speedups.c`` says why that matters). ``MPCOMPAT_NO_SPEEDUPS=1`` keeps the
+  pure-Python ones; ``SPEEDUPS`` says which are in use.
 - Module objects: an importable module pickles as a reference to its name. mmcv before 1.4.8
   keeps the modules a config file imports inside ``Config``; datasets sometimes keep a module
   as an attribute; the standard library refuses both with ``cannot pickle 'module' object``.
@@ -25,6 +30,7 @@ try:  # the C type itself: importing collections costs start-up time
     from _collections import OrderedDict
 except ImportError:  # pragma: no cover (an implementation without _collections)
     from collections import OrderedDict
+import os
 import sys
 
 __all__ = [
@@ -143,7 +149,7 @@ def reduce_odict_items(view, _dict=dict, _rebuild=rebuild_odict_items):
     return _rebuild, (_dict(view),)
 
 
-VIEW_REDUCERS = {
+PYTHON_VIEW_REDUCERS = {
     DICT_KEYS: reduce_dict_keys,
     DICT_VALUES: reduce_dict_values,
     DICT_ITEMS: reduce_dict_items,
@@ -151,6 +157,41 @@ VIEW_REDUCERS = {
     ODICT_VALUES: reduce_odict_values,
     ODICT_ITEMS: reduce_odict_items,
 }
+
+
+def _load_speedups():
+    """Return (the bound ``mpcompat._speedups`` module or None, a line saying which is used)."""
+    setting = os.environ.get("MPCOMPAT_NO_SPEEDUPS", "")
+    if setting.strip().lower() in ("1", "true", "yes", "on"):
+        return None, "pure Python (MPCOMPAT_NO_SPEEDUPS=%s)" % setting
+    try:
+        from mpcompat import _speedups
+    except ImportError as exc:
+        return None, "pure Python (C extension not available: %s)" % exc
+    _speedups.bind(dict_keys=rebuild_dict_keys, dict_values=rebuild_dict_values,
+                   odict_keys=rebuild_odict_keys, odict_values=rebuild_odict_values)
+    import gc  # built in: no import cost
+    # cached argument tuples that no pickler holds any more are dropped after each collection
+    gc.callbacks.append(_speedups.release_idle)
+    return _speedups, "C (mpcompat._speedups)"
+
+
+_speedups, SPEEDUPS = _load_speedups()
+VIEW_REDUCERS = dict(PYTHON_VIEW_REDUCERS)
+if _speedups is not None:
+    VIEW_REDUCERS.update({
+        DICT_KEYS: _speedups.reduce_dict_keys,
+        DICT_VALUES: _speedups.reduce_dict_values,
+        ODICT_KEYS: _speedups.reduce_odict_keys,
+        ODICT_VALUES: _speedups.reduce_odict_values,
+    })
+
+
+def release_cached_views():
+    """Drop every arguments tuple the C keys reducers keep (no-op when pure Python)."""
+    if _speedups is not None:
+        _speedups.clear_cache()
+
 
 MODULE_TYPE = type(sys)  # types.ModuleType, without importing types (start-up time)
 # A child process has a __main__ of its own; the parent's cannot be imported there by name.

@@ -28,7 +28,8 @@ class Status(object):
     Attributes: ``active`` (bool), ``reason`` (why it is or is not active), ``reducers``
     (``{type: reducer}`` as registered, built-in and user ones), ``builtin`` (the set of types
     whose built-in reducer is in place), ``patches`` (a list of PatchStatus), ``autostart``
-    (how mpcompat is activated at interpreter start, a string).
+    (how mpcompat is activated at interpreter start, a string), ``view_reducers`` (whether the
+    built-in view reducers are the C ones or pure Python, and why, a string).
     """
 
     def __init__(self):
@@ -42,11 +43,14 @@ class Status(object):
         self.builtin = {cls for cls, red in self.reducers.items() if builtins.get(cls) is red}
         self.patches = [PatchStatus(st) for st in manager.states()]
         self.autostart = _autostart()
+        from mpcompat import rebuild
+        self.view_reducers = rebuild.SPEEDUPS
 
     def __str__(self):
         lines = ["mpcompat %s: %s (%s)" % (_version(), "active" if self.active else "inactive",
                                            self.reason),
                  "auto-activation: %s" % self.autostart,
+                 "view reducers: %s" % self.view_reducers,
                  "", "reducers:"]
         if not self.reducers:
             lines.append("  (none)")

@@ -57,7 +57,8 @@ def test_six_types_are_registered_by_exact_type():
     for kind, cls in TYPES.items():
         assert cls.__name__ == kind
         assert table[cls] is copyreg.dispatch_table[cls]
-        assert table[cls] is getattr(rebuild, "reduce_" + kind)
+        assert table[cls] is rebuild.VIEW_REDUCERS[cls]
+        assert table[cls].__name__ == "reduce_" + kind
     # odict views subclass dict views: each still has its own exact entry
     assert issubclass(TYPES["odict_keys"], TYPES["dict_keys"])
 

@@ -102,15 +102,43 @@ class Venv(object):
         return found
 
 
-@pytest.fixture(scope="session")
-def wheel(tmp_path_factory):
-    """The wheel built from this checkout (path)."""
-    out = str(tmp_path_factory.mktemp("wheel"))
-    proc = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation",
-                           "--outdir", out, REPO], env=clean_env(), stdout=subprocess.PIPE,
+def build_wheel(python, out, **env):
+    """Build a wheel of this checkout with ``python`` (a project venv's) into ``out``; return
+    its path and the build's output."""
+    proc = subprocess.run([python, "-m", "build", "--wheel", "--no-isolation", "--outdir", out,
+                           REPO], env=clean_env(**env), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, universal_newlines=True, timeout=240)
     assert proc.returncode == 0, proc.stdout
-    return glob.glob(os.path.join(out, "mpcompat-*.whl"))[0]
+    return glob.glob(os.path.join(out, "mpcompat-*.whl"))[0], proc.stdout
+
+
+@pytest.fixture(scope="session")
+def wheel_for(tmp_path_factory):
+    """Factory: ``wheel_for(version)`` is the wheel built from this checkout by that Python
+    (with its C extension compiled for it), built once per session."""
+    built = {}
+
+    def get(version="3.11"):
+        if version not in built:
+            out = str(tmp_path_factory.mktemp("wheel%s-" % version.replace(".", "")))
+            python = os.path.join(PROJECT_VENVS[version], "bin", "python")
+            built[version] = build_wheel(python, out)[0]
+        return built[version]
+    return get
+
+
+@pytest.fixture(scope="session")
+def wheel_without_cc(tmp_path_factory):
+    """(path, build output) of the wheel Python 3.11 builds when the C compiler always fails
+    (``CC=false``: setuptools' build_ext compiles with ``$CC``)."""
+    python = os.path.join(PROJECT_VENVS["3.11"], "bin", "python")
+    return build_wheel(python, str(tmp_path_factory.mktemp("wheel-nocc")), CC="false")
+
+
+@pytest.fixture(scope="session")
+def wheel(wheel_for):
+    """The wheel built from this checkout by Python 3.11 (path)."""
+    return wheel_for("3.11")
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,8 @@ starts, and pip leaves nothing behind."""
 import base64
 import hashlib
 import os
+import sysconfig
+import zipfile
 
 ACTIVE = ("import sys, pickle; pickle.dumps({}.keys()); "
           "print('mpcompat' in sys.modules, sys.modules['mpcompat'].is_active())")
@@ -79,3 +81,23 @@ def test_a_broken_install_costs_one_line_of_stderr(make_venv, wheel):
     assert proc.stderr == (
         "mpcompat: auto-activation failed, mpcompat stays off in this process and its children "
         "(SyntaxError: invalid syntax (activation.py, line 1))\n")
+
+
+def test_the_wheel_carries_the_c_extension_and_only_its_own(wheel):
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    ext = [n for n in names if n.startswith("mpcompat/_speedups")]
+    assert ext == ["mpcompat/_speedups" + sysconfig.get_config_var("EXT_SUFFIX")]
+    assert "-cp311-cp311-" in os.path.basename(wheel)
+
+
+def test_without_a_c_compiler_the_wheel_is_pure_python_and_works(make_venv, wheel_without_cc):
+    built, output = wheel_without_cc
+    assert os.path.basename(built).endswith("-py3-none-any.whl")
+    assert "mpcompat: C extension not built (" in output
+    with zipfile.ZipFile(built) as zf:
+        assert not [n for n in zf.namelist() if "_speedups" in n]
+    venv = make_venv(wheel=built)
+    report = venv.report("plain.py")
+    assert report["result"][0] == ["dict_keys", ["car", "pedestrian"]]
+    assert report["view_reducers"].startswith("pure Python (C extension not available: ")

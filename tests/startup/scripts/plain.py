@@ -12,6 +12,7 @@ def main():
     try:
         views = pickle.loads(pickle.dumps([d.keys(), d.values(), OrderedDict(d).items()]))
         report["result"] = [[type(v).__name__, list(v)] for v in views]
+        report["view_reducers"] = getattr(sys.modules.get("mpcompat.rebuild"), "SPEEDUPS", None)
     except Exception as exc:
         report["error"] = "%s: %s" % (type(exc).__name__, exc)
     print(json.dumps(report))
