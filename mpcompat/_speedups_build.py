@@ -29,7 +29,8 @@ SKIP_ENV = "MPCOMPAT_NO_SPEEDUPS"
 
 
 def skipped():
-    """Whether ``MPCOMPAT_NO_SPEEDUPS`` asks for no C extension."""
+    """Whether ``MPCOMPAT_NO_SPEEDUPS`` asks for no C extension (parsed as
+    ``mpcompat.activation.env_flag`` does: a build must not import the package it builds)."""
     return os.environ.get(SKIP_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 

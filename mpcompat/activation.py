@@ -18,9 +18,14 @@ _lock = RLock()
 _state = {"active": False, "reason": "not activated yet", "conflicts": []}
 
 
+def env_flag(name, environ=os.environ):
+    """Whether the environment variable ``name`` is set to 1, true, yes or on."""
+    return environ.get(name, "").strip().lower() in _TRUE
+
+
 def env_disabled(environ=os.environ):
     """Whether ``MPCOMPAT_DISABLE`` asks for mpcompat to stay off in this process tree."""
-    return environ.get("MPCOMPAT_DISABLE", "").strip().lower() in _TRUE
+    return env_flag("MPCOMPAT_DISABLE", environ)
 
 
 def builtin_reducers():

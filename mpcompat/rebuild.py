@@ -161,9 +161,9 @@ PYTHON_VIEW_REDUCERS = {
 
 def _load_speedups():
     """Return (the bound ``mpcompat._speedups`` module or None, a line saying which is used)."""
-    setting = os.environ.get("MPCOMPAT_NO_SPEEDUPS", "")
-    if setting.strip().lower() in ("1", "true", "yes", "on"):
-        return None, "pure Python (MPCOMPAT_NO_SPEEDUPS=%s)" % setting
+    from mpcompat.activation import env_flag  # loaded with the package: no import cost
+    if env_flag("MPCOMPAT_NO_SPEEDUPS"):
+        return None, "pure Python (MPCOMPAT_NO_SPEEDUPS=%s)" % os.environ["MPCOMPAT_NO_SPEEDUPS"]
     try:
         from mpcompat import _speedups
     except ImportError as exc:

@@ -7,7 +7,6 @@ more with ``MPCOMPAT_NO_SPEEDUPS=1`` for the pure-Python ones.
 """
 import copyreg
 import gc
-import os
 import pickle
 import threading
 import weakref
@@ -17,9 +16,10 @@ import pytest
 
 import mpcompat
 from mpcompat import rebuild
+from mpcompat.activation import env_flag
 from testenv import child_env, run_python
 
-PURE = os.environ.get("MPCOMPAT_NO_SPEEDUPS", "").strip().lower() in ("1", "true", "yes", "on")
+PURE = env_flag("MPCOMPAT_NO_SPEEDUPS")
 KEYS_KINDS = {"dict_keys": dict, "odict_keys": OrderedDict}
 
 c_only = pytest.mark.skipif(PURE, reason="MPCOMPAT_NO_SPEEDUPS is set: this run tests the "
