@@ -8,9 +8,10 @@
  *
  * The cache matches by identity, never by equality: a cached tuple is reused only when every
  * element is the same object, in the same order, so the rebuilt views hold exactly the objects
- * the originals held. It holds at most CACHE_SLOTS tuples of at most CACHE_MAX_LEN keys, and
- * release_idle() (run by mpcompat after each garbage collection) drops the tuples that nothing
- * but the cache still refers to, so keys are not kept alive after the pickling that used them.
+ * the originals held. It holds at most CACHE_SLOTS tuples of at most CACHE_MAX_LEN keys, one
+ * per slot, first come first kept; release_idle() (run by mpcompat after each garbage
+ * collection) drops the tuples that nothing but the cache still refers to, so keys are not kept
+ * alive after the pickling that used them, and their slots take new tuples.
  *
  * Values views are not cached: values may be large (arrays) and are rarely shared.
  * Python 3.8-3.13, GIL builds; the pure-Python reducers in mpcompat/rebuild.py are the
@@ -24,6 +25,10 @@
 #define CACHE_MAX_LEN 32
 
 static PyObject *cache[CACHE_SLOTS];
+/* each slot's identity_hash: a miss is found without reading the (often cold) cached tuple */
+static size_t cache_hashes[CACHE_SLOTS];
+#define SWEEP_AFTER 1024
+static Py_ssize_t blocked_stores;
 static Py_ssize_t cache_hits, cache_misses;
 
 /* A dict view is PyObject_HEAD and then the dict: the same layout in every CPython from 3.0
@@ -50,11 +55,12 @@ identity_hash(PyObject **items, Py_ssize_t n)
 
 /* The cached tuple holding exactly the objects items[0..n) (a new reference), or NULL. */
 static PyObject *
-cache_lookup(PyObject **items, Py_ssize_t n, size_t slot)
+cache_lookup(PyObject **items, Py_ssize_t n, size_t hash)
 {
-    PyObject *old = cache[slot];
+    PyObject *old = cache[hash & (CACHE_SLOTS - 1)];
     Py_ssize_t i;
-    if (old == NULL || PyTuple_GET_SIZE(old) != n)
+    if (old == NULL || cache_hashes[hash & (CACHE_SLOTS - 1)] != hash
+            || PyTuple_GET_SIZE(old) != n)
         return NULL;
     for (i = 0; i < n; i++) {
         if (PyTuple_GET_ITEM(old, i) != items[i])
@@ -65,15 +71,40 @@ cache_lookup(PyObject **items, Py_ssize_t n, size_t slot)
     return old;
 }
 
+/* Drop cached tuples that only the cache refers to; with `everything`, drop them all. */
 static void
-cache_store(PyObject *tuple, size_t slot)
+release(int everything)
 {
-    PyObject *old = cache[slot];
+    Py_ssize_t i;
+    for (i = 0; i < CACHE_SLOTS; i++) {
+        PyObject *t = cache[i];
+        if (t != NULL && (everything || Py_REFCNT(t) == 1)) {
+            cache[i] = NULL;
+            Py_DECREF(t);
+        }
+    }
+}
+
+/* Keep `tuple` in its slot if the slot is free. An occupied slot is left alone: replacing it
+ * would touch the evicted tuple, which is cold memory when every view has keys of its own, and
+ * costs more than the cache saves. Idle tuples free their slots after each garbage collection
+ * and, without one, after every SWEEP_AFTER stores that found their slot taken. */
+static void
+cache_store(PyObject *tuple, size_t hash)
+{
+    size_t slot = hash & (CACHE_SLOTS - 1);
     cache_misses++;
+    if (cache[slot] != NULL) {
+        if (++blocked_stores < SWEEP_AFTER)
+            return;
+        blocked_stores = 0;
+        release(0); /* may run arbitrary code (a key's __del__): look at the slot again */
+        if (cache[slot] != NULL)
+            return;
+    }
     Py_INCREF(tuple);
     cache[slot] = tuple;
-    /* last: freeing the evicted tuple may run arbitrary code (a key's __del__) */
-    Py_XDECREF(old);
+    cache_hashes[slot] = hash;
 }
 
 /* Exact dict_keys: collect the keys with PyDict_Next, which runs no Python code (so the
@@ -84,14 +115,14 @@ dict_keys_tuple(PyObject *view)
     PyObject *dict = ((view_layout *)view)->dict;
     PyObject *items[CACHE_MAX_LEN], *key, *value, *tuple;
     Py_ssize_t n = PyDict_Size(dict), pos = 0, i = 0;
-    size_t slot;
+    size_t hash;
 
     if (n == 0 || n > CACHE_MAX_LEN)
         return PySequence_Tuple(view);
     while (i < n && PyDict_Next(dict, &pos, &key, &value))
         items[i++] = key;
-    slot = identity_hash(items, n) & (CACHE_SLOTS - 1);
-    tuple = cache_lookup(items, n, slot);
+    hash = identity_hash(items, n);
+    tuple = cache_lookup(items, n, hash);
     if (tuple != NULL)
         return tuple;
     tuple = PyTuple_New(n);
@@ -101,7 +132,7 @@ dict_keys_tuple(PyObject *view)
         Py_INCREF(items[i]);
         PyTuple_SET_ITEM(tuple, i, items[i]);
     }
-    cache_store(tuple, slot);
+    cache_store(tuple, hash);
     return tuple;
 }
 
@@ -111,20 +142,20 @@ iterated_keys_tuple(PyObject *view)
 {
     PyObject *tuple = PySequence_Tuple(view), *cached;
     Py_ssize_t n;
-    size_t slot;
+    size_t hash;
 
     if (tuple == NULL)
         return NULL;
     n = PyTuple_GET_SIZE(tuple);
     if (n == 0 || n > CACHE_MAX_LEN)
         return tuple;
-    slot = identity_hash(&PyTuple_GET_ITEM(tuple, 0), n) & (CACHE_SLOTS - 1);
-    cached = cache_lookup(&PyTuple_GET_ITEM(tuple, 0), n, slot);
+    hash = identity_hash(&PyTuple_GET_ITEM(tuple, 0), n);
+    cached = cache_lookup(&PyTuple_GET_ITEM(tuple, 0), n, hash);
     if (cached != NULL) {
         Py_DECREF(tuple);
         return cached;
     }
-    cache_store(tuple, slot);
+    cache_store(tuple, hash);
     return tuple;
 }
 
@@ -208,20 +239,6 @@ bind(PyObject *module, PyObject *args, PyObject *kwargs)
     Py_RETURN_NONE;
 }
 
-/* Drop cached tuples that only the cache refers to; with `everything`, drop them all. */
-static void
-release(int everything)
-{
-    Py_ssize_t i;
-    for (i = 0; i < CACHE_SLOTS; i++) {
-        PyObject *t = cache[i];
-        if (t != NULL && (everything || Py_REFCNT(t) == 1)) {
-            cache[i] = NULL;
-            Py_DECREF(t);
-        }
-    }
-}
-
 static PyObject *
 release_idle(PyObject *module, PyObject *args)
 {
@@ -233,7 +250,7 @@ static PyObject *
 clear_cache(PyObject *module, PyObject *unused)
 {
     release(1);
-    cache_hits = cache_misses = 0;
+    cache_hits = cache_misses = blocked_stores = 0;
     Py_RETURN_NONE;
 }
 
