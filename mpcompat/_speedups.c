@@ -121,6 +121,7 @@ dict_keys_tuple(PyObject *view)
         return PySequence_Tuple(view);
     while (i < n && PyDict_Next(dict, &pos, &key, &value))
         items[i++] = key;
+    n = i; /* never fewer than PyDict_Size said; this keeps the tuple below whole regardless */
     hash = identity_hash(items, n);
     tuple = cache_lookup(items, n, hash);
     if (tuple != NULL)

@@ -11,6 +11,7 @@ from the wheel (``bare`` checks that it is not importable otherwise).
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +33,21 @@ def clean_env(**overrides):
                                                           "VIRTUAL_ENV")}
     env.update(overrides)
     return env
+
+
+TRACKER_RACE = re.compile(
+    r"\S*multiprocessing/resource_tracker\.py:\d+: UserWarning: resource_tracker: There appear "
+    r"to be \d+ leaked semaphore objects to clean up at shutdown\n\s+warnings\.warn\(.*\n"
+    r"(\S*multiprocessing/resource_tracker\.py:\d+: UserWarning: resource_tracker: '/mp-\w+': "
+    r"\[Errno 2\] No such file or directory\n\s+warnings\.warn\(.*\n)+")
+
+
+def without_tracker_race(stderr):
+    """``stderr`` without the resource tracker's report of semaphores it was not told were
+    freed, when each of them turns out to be gone already ([Errno 2]): nothing leaked. The
+    tracker process prints it now and then after a spawn DataLoader shuts down, with or without
+    mpcompat (pytorch#23117)."""
+    return TRACKER_RACE.sub("", stderr)
 
 
 class Venv(object):
@@ -68,7 +84,7 @@ class Venv(object):
         quiet = kwargs.pop("quiet", True)
         proc = self.script(name, *args, **kwargs)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert not (quiet and proc.stderr), proc.stderr
+        assert not (quiet and without_tracker_race(proc.stderr)), proc.stderr
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
     def launcher_from_source(self, *options):
