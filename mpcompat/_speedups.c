@@ -57,10 +57,10 @@ identity_hash(PyObject **items, Py_ssize_t n)
 static PyObject *
 cache_lookup(PyObject **items, Py_ssize_t n, size_t hash)
 {
-    PyObject *old = cache[hash & (CACHE_SLOTS - 1)];
+    size_t slot = hash & (CACHE_SLOTS - 1);
+    PyObject *old = cache[slot];
     Py_ssize_t i;
-    if (old == NULL || cache_hashes[hash & (CACHE_SLOTS - 1)] != hash
-            || PyTuple_GET_SIZE(old) != n)
+    if (old == NULL || cache_hashes[slot] != hash || PyTuple_GET_SIZE(old) != n)
         return NULL;
     for (i = 0; i < n; i++) {
         if (PyTuple_GET_ITEM(old, i) != items[i])
@@ -243,6 +243,12 @@ bind(PyObject *module, PyObject *args, PyObject *kwargs)
 static PyObject *
 release_idle(PyObject *module, PyObject *args)
 {
+    /* as a gc.callbacks entry it is called with ("start", info) and ("stop", info): only the
+     * end of a collection can have freed what kept a cached tuple busy */
+    PyObject *phase = PyTuple_GET_SIZE(args) > 0 ? PyTuple_GET_ITEM(args, 0) : NULL;
+    if (phase != NULL && PyUnicode_Check(phase)
+            && PyUnicode_CompareWithASCIIString(phase, "start") == 0)
+        Py_RETURN_NONE;
     release(0);
     Py_RETURN_NONE;
 }
@@ -279,8 +285,8 @@ static PyMethodDef module_methods[] = {
      "bind(dict_keys, dict_values, odict_keys, odict_values)\n--\n\n"
      "Set the rebuild function each reducer names in its pickles."},
     {"release_idle", (PyCFunction)release_idle, METH_VARARGS,
-     "release_idle(*ignored)\n--\n\n"
-     "Drop the cached tuples nothing else refers to (a gc.callbacks entry)."},
+     "release_idle(*args)\n--\n\n"
+     "Drop the cached tuples nothing else refers to; as a gc.callbacks entry, at 'stop' only."},
     {"clear_cache", (PyCFunction)clear_cache, METH_NOARGS,
      "clear_cache()\n--\n\nDrop every cached tuple and reset the counters."},
     {"cache_info", (PyCFunction)cache_info, METH_NOARGS,

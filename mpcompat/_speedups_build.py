@@ -94,7 +94,7 @@ class SpeedupsBuildHook(BuildHookInterface):
             shutil.rmtree(out, ignore_errors=True)
 
 
-def main(argv=None):
+def main():
     """``python -m mpcompat._speedups_build``: build the extension into the source tree."""
     if skipped():
         print("mpcompat: %s is set, C extension not built" % SKIP_ENV)

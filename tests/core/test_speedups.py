@@ -213,3 +213,13 @@ def test_threads_pickling_at_once_get_their_own_keys(speedups):
     for t in threads:
         t.join()
     assert errors == []
+
+
+@c_only
+def test_idle_tuples_go_at_the_end_of_a_collection_only(speedups):
+    pickle.dumps({fresh("idle"): 1}.keys())
+    assert speedups.cache_info()["size"] == 1
+    speedups.release_idle("start", {})
+    assert speedups.cache_info()["size"] == 1
+    speedups.release_idle("stop", {})
+    assert speedups.cache_info()["size"] == 0
