@@ -13,7 +13,7 @@ PTH_NAME = "mpcompat.pth"
 START_NAME = "mpcompat.start"
 # The content of mpcompat/_startup/mpcompat.pth and mpcompat.start, as the wheel ships them.
 ENABLED = {
-    PTH_NAME: 'import _mpcompat_bootstrap; _mpcompat_bootstrap.main("mpcompat.pth")\n',
+    PTH_NAME: 'import os, sys; exec("try:\\n import _mpcompat_bootstrap\\nexcept Exception as e:\\n _mpcompat_bootstrap = None\\n if sys.stderr and not os.environ.get(\'MPCOMPAT_AUTOSTART_FAILED\') and os.environ.get(\'MPCOMPAT_DISABLE\', \'\').strip().lower() not in (\'1\', \'true\', \'yes\', \'on\'):\\n  os.environ[\'MPCOMPAT_AUTOSTART_FAILED\'] = \'_mpcompat_bootstrap: %s\' % e\\n  sys.stderr.write(\'mpcompat: auto-activation failed, it stays off in this process and its children (mpcompat.pth cannot import _mpcompat_bootstrap: %s: %s); reinstall mpcompat to fix this\\\\n\' % (type(e).__name__, e))\\nif _mpcompat_bootstrap:\\n _mpcompat_bootstrap.main(\'mpcompat.pth\')")\n',  # the start-up hook; one line of stderr if it is missing or broken
     START_NAME: "_mpcompat_bootstrap:main\n",
 }
 DISABLED = {
@@ -75,37 +75,33 @@ def _replace(path, content):
             os.remove(tmp)
 
 
-def describe():
-    """One line for ``mpcompat.status()``: what activated mpcompat in this process, and whether
-    auto-activation at interpreter start is on for this environment."""
-    from mpcompat import activation
-    boot = sys.modules.get("_mpcompat_bootstrap")
-    outcome = getattr(boot, "outcome", None)
-    calls = getattr(boot, "calls", [])
-    if outcome and outcome.startswith("failed"):
-        here = "start-up activation %s; children skip it (%s is set)" % (outcome, boot.FAILED_VAR)
-    elif activation.env_disabled():
-        here = "off in this process tree (MPCOMPAT_DISABLE=%s)" % os.environ["MPCOMPAT_DISABLE"]
-    elif os.environ.get("MPCOMPAT_AUTOSTART_FAILED"):
-        here = ("start-up activation skipped: it failed in a parent process (%s)"
-                % os.environ["MPCOMPAT_AUTOSTART_FAILED"])
-    elif outcome == "activated":
-        here = "activated at start-up by %s" % (
-            "'mpcompat run' (sitecustomize)" if calls[0] == "mpcompat run" else calls[0])
-    elif activation.is_active():
-        here = "activated by an explicit import"
-    else:
-        here = "not active"
+def environment():
+    """Return ``(state, line)``: whether auto-activation at interpreter start is ``"on"``,
+    ``"off"`` or ``"none"`` (no start-up hook installed) for this environment, and one line for
+    ``mpcompat.status()`` that says so, where, and what changes it."""
     dirs = hook_dirs()
     if not dirs:
-        where = "no start-up hook installed (mpcompat is imported from %s)" % PACKAGE_PARENT
-    else:
-        on = [d for d in dirs if _enabled_or_false(d)]
-        paths = ", ".join(os.path.join(d, PTH_NAME) for d in dirs)
-        where = ("on for this environment (%s)" % paths if on else
-                 "off for this environment by 'mpcompat disable' (%s); 'mpcompat enable' "
-                 "turns it back on" % paths)
-    return "%s; %s" % (here, where)
+        boot = sys.modules.get("_mpcompat_bootstrap")
+        if "mpcompat run" in (getattr(boot, "calls", None) or ()):
+            return "none", ("not installed (mpcompat is imported from %s), but 'mpcompat run' "
+                            "activates it in every process of its command" % PACKAGE_PARENT)
+        return "none", ("not installed: mpcompat is imported from %s, not from a wheel, so each "
+                        "process activates it by importing it (or run it under 'mpcompat run')"
+                        % PACKAGE_PARENT)
+    paths = ", ".join(os.path.join(d, PTH_NAME) for d in dirs)
+    if not any(_enabled_or_false(d) for d in dirs):
+        return "off", ("off for this environment by 'mpcompat disable' (%s): new Python "
+                       "processes start without mpcompat; 'mpcompat enable' turns it back on"
+                       % paths)
+    line = "on for this environment (%s)" % paths
+    from mpcompat import activation
+    if activation.env_disabled():
+        line += ", but MPCOMPAT_DISABLE=%s keeps mpcompat off in this process tree" % (
+            os.environ["MPCOMPAT_DISABLE"].strip())
+    elif os.environ.get(activation.FAILED_VAR):
+        line += (", but it failed in this process tree (%s): its processes start without it"
+                 % os.environ[activation.FAILED_VAR])
+    return "on", line
 
 
 def _enabled_or_false(site_dir):

@@ -20,6 +20,8 @@ COMMANDS = {
 def main(argv=None):
     """Run the command line; return the exit code."""
     import importlib
+    from mpcompat import activation
+    activation.note_command()
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="mpcompat", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -1,4 +1,15 @@
-"""Exception and warning types raised by mpcompat."""
+"""Exception and warning types raised by mpcompat, and how its warnings are said.
+
+A warning is for something the user must act on, and a process tree says it once: the
+process that first meets it warns and records that in ``MPCOMPAT_WARNED`` (inherited by the
+processes it starts later, which stay quiet about it). The warning is attributed to the
+user's code that triggered it (the ``import torch`` line), never to a line of mpcompat.
+"""
+import os
+import sys
+
+WARNED_VAR = "MPCOMPAT_WARNED"
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 class MpcompatWarning(UserWarning):
@@ -7,3 +18,33 @@ class MpcompatWarning(UserWarning):
 
 class PatchUnavailable(RuntimeError):
     """A patch that was asked for explicitly cannot apply (the message says why)."""
+
+
+def warn_once(message, key=None):
+    """Warn with ``message`` unless this process or an ancestor already did; return whether it
+    warned. ``key`` (default: the message) decides what counts as the same warning."""
+    from binascii import crc32
+    tag = "%08x" % (crc32((key or message).encode("utf-8", "replace")) & 0xFFFFFFFF)
+    said = os.environ.get(WARNED_VAR, "")
+    if tag in said.split(","):
+        return False
+    os.environ[WARNED_VAR] = "%s,%s" % (said, tag) if said else tag
+    import warnings
+    filename, lineno, module, registry = _user_frame()
+    warnings.warn_explicit(MpcompatWarning("mpcompat: " + message), MpcompatWarning, filename,
+                           lineno, module, registry)
+    return True
+
+
+def _user_frame():
+    """Where the user's code called into what led here: the first frame outside mpcompat and
+    the import system."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not (filename.startswith(_PACKAGE_DIR) or filename.startswith("<frozen ")
+                or os.path.basename(os.path.dirname(filename)) == "importlib"):
+            registry = frame.f_globals.setdefault("__warningregistry__", {})
+            return filename, frame.f_lineno, frame.f_globals.get("__name__", "?"), registry
+        frame = frame.f_back
+    return "mpcompat", 0, "mpcompat", {}

@@ -1,21 +1,21 @@
-"""``mpcompat.status()``: what is active in this process, and why."""
+"""``mpcompat.status()``: what is active in this process, how it got there, and why."""
 import sys
 
-from mpcompat import activation, registry
-from mpcompat import patch_manager as manager
+from mpcompat import activation
 
 
 class PatchStatus(object):
     """One row of the patch table as it stands in this process."""
 
-    __slots__ = ("name", "state", "reason", "distribution", "version", "supported", "targets",
-                 "default", "summary")
+    __slots__ = ("name", "state", "reason", "distribution", "version", "supported", "needed",
+                 "targets", "default", "summary", "applications")
 
     def __init__(self, st):
         spec = st.spec
+        self.applications = st.applications
         self.name, self.state, self.reason = spec.name, st.state, st.reason
         self.distribution, self.version = st.distribution, st.version
-        self.supported, self.targets = spec.supported, spec.targets
+        self.supported, self.needed, self.targets = spec.supported, spec.needed, spec.targets
         self.default, self.summary = spec.default, spec.summary
 
     def __repr__(self):
@@ -23,37 +23,64 @@ class PatchStatus(object):
 
 
 class Status(object):
-    """The report returned by :func:`status`; ``str()`` gives a readable summary.
+    """The report returned by :func:`mpcompat.status`; ``str()`` gives a readable summary.
 
-    Attributes: ``active`` (bool), ``reason`` (why it is or is not active), ``reducers``
-    (``{type: reducer}`` as registered, built-in and user ones), ``builtin`` (the set of types
-    whose built-in reducer is in place), ``patches`` (a list of PatchStatus), ``autostart``
-    (how mpcompat is activated at interpreter start, a string), ``view_reducers`` (whether the
-    built-in view reducers are the C ones or pure Python, and why, a string).
+    Attributes: ``active`` (bool); ``how`` (how mpcompat got active or why it is off, e.g.
+    "activated at start-up by mpcompat.pth"); ``autostart`` ("on", "off" or "none": whether
+    new Python processes of this environment activate it at start); ``autostart_line`` (that,
+    said in full); ``broken`` (what part of mpcompat is broken, or None); ``reducers``
+    (``{type: reducer}`` as registered, built-in and user ones); ``builtin`` (the types whose
+    built-in reducer is in place); ``conflicts``; ``patches`` (a list of PatchStatus).
     """
 
     def __init__(self):
-        activation.complete_deferred()
+        from mpcompat import autostart
         state = activation.state()
-        self.active = state["active"]
-        self.reason = state["reason"]
+        self.active, self.how, self.broken = state["active"], state["how"], state["broken"]
         self.conflicts = list(state["conflicts"])
-        self.reducers = dict(registry.registered())
-        builtins = activation.builtin_reducers()
-        self.builtin = {cls for cls, red in self.reducers.items() if builtins.get(cls) is red}
-        self.patches = [PatchStatus(st) for st in manager.states()]
-        self.autostart = _autostart()
-        from mpcompat import rebuild
-        self.view_reducers = rebuild.SPEEDUPS
+        self.autostart, self.autostart_line = autostart.environment()
+        self.reducers, self.builtin, self.patches = {}, set(), []
+        if self.broken:
+            return
+        registry = activation.load("mpcompat.registry")
+        manager = activation.load("mpcompat.patch_manager") if (
+            self.active or "mpcompat.patch_manager" in sys.modules) else None
+        if registry is not None:
+            self.reducers = dict(registry.registered())
+            builtins = activation.builtin_reducers()
+            self.builtin = {cls for cls, red in self.reducers.items()
+                            if builtins.get(cls) is red}
+        if manager is not None and not activation.state()["broken"]:
+            self.patches = [PatchStatus(st) for st in manager.states()]
+        elif not self.active:
+            from mpcompat import patch_table
+            self.patches = [_InactiveRow(spec) for spec in patch_table.PATCHES]
+        state = activation.state()  # loading a broken part just now turns mpcompat off
+        self.active, self.how, self.broken = state["active"], state["how"], state["broken"]
+
+    @property
+    def reason(self):
+        """Same as ``how`` (the name older code used)."""
+        return self.how
+
+    def headline(self):
+        """The first line: active or not, and how, consistent with auto-activation."""
+        if not self.active:
+            where = "inactive in this process"
+        elif self.autostart == "on" or self.how.startswith("activated at start-up"):
+            where = "active in this process"
+        else:  # new processes of this environment will not have it
+            where = "active in this process only"
+        return "mpcompat %s: %s, %s" % (_version(), where, self.how)
 
     def __str__(self):
-        lines = ["mpcompat %s: %s (%s)" % (_version(), "active" if self.active else "inactive",
-                                           self.reason),
-                 "auto-activation: %s" % self.autostart,
-                 "view reducers: %s" % self.view_reducers,
-                 "", "reducers:"]
+        lines = [self.headline(), "auto-activation at interpreter start: %s" % self.autostart_line]
+        if self.broken:
+            lines.append("reinstall mpcompat to fix this")
+            return "\n".join(lines)
+        lines += ["", "reducers:"]
         if not self.reducers:
-            lines.append("  (none)")
+            lines.append("  (none%s)" % ("" if self.active else ": mpcompat is off"))
         for cls, red in sorted(self.reducers.items(), key=lambda kv: _qualname(kv[0])):
             origin = "built-in" if cls in self.builtin else "user"
             lines.append("  %-28s %-8s %s" % (_qualname(cls), origin, _qualname(red)))
@@ -63,8 +90,7 @@ class Status(object):
         width = max([len(p.name) for p in self.patches] + [10])
         for p in self.patches:
             version = ("%s %s" % (p.distribution, p.version) if p.version
-                       else "%s not checked" % "/".join(p.targets[:1]) if p.version is None
-                       else "not installed")
+                       else "version unknown" if p.version == "" else "not imported")
             lines.append("  %-*s  %-18s %s" % (width, p.name, p.state, version))
             if p.reason:
                 lines.append("  %-*s  %s" % (width, "", p.reason))
@@ -73,6 +99,17 @@ class Status(object):
     def __repr__(self):
         return "<mpcompat.Status active=%r reducers=%d patches=%s>" % (
             self.active, len(self.reducers), {p.name: p.state for p in self.patches})
+
+
+class _InactiveRow(object):
+    """A patch row while mpcompat is off and its patch manager was never loaded."""
+
+    def __init__(self, spec):
+        self.name, self.state, self.reason = spec.name, "inactive", "mpcompat is not active"
+        self.distribution, self.version = None, None
+        self.supported, self.needed, self.targets = spec.supported, spec.needed, spec.targets
+        self.default, self.summary = spec.default, spec.summary
+        self.applications = 0
 
 
 def status():
@@ -86,8 +123,3 @@ def _qualname(obj):
 
 def _version():
     return sys.modules["mpcompat"].__version__
-
-
-def _autostart():
-    from mpcompat import autostart
-    return autostart.describe()

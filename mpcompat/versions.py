@@ -1,12 +1,21 @@
-"""Lenient version reading: ``2.13.0+cpu``, ``1.9.0a0+git1234`` and ``1.4.0rc1`` all count.
+"""Versions: read cheaply, compared leniently.
 
-Only the leading release numbers matter; pre-release, local and dev parts are ignored, so a
-nightly or a distro build of a supported release is treated as that release.
+``2.13.0+cpu``, ``1.9.0a0+git1234`` and ``1.4.0rc1`` all count as their leading release
+numbers: pre-release, local and dev parts are ignored, so a nightly or a distro build of a
+supported release is treated as that release.
+
+Reading a version happens when a patch is about to apply, in every process that imports its
+target, so it avoids ``importlib.metadata`` (tens of milliseconds): the package's own
+``__version__`` first, then the ``<name>-<version>.dist-info`` (or ``.egg-info``) directory
+next to the package, and only then the metadata machinery.
 """
+import os
 import re
+import sys
 
 _RELEASE = re.compile(r"\s*v?(\d+(?:\.\d+)*)")
 _CLAUSE = re.compile(r"\s*(>=|<=|==|!=|>|<)\s*([0-9][0-9.]*)\s*$")
+_listings = {}  # directory -> its entries (read once per process)
 
 
 def parse(version):
@@ -45,15 +54,46 @@ def in_range(version, spec):
     return True
 
 
-def installed_version(distributions):
+def python_version():
+    """This interpreter's version, e.g. ``"3.11.7"``."""
+    return "%d.%d.%d" % sys.version_info[:3]
+
+
+def version_of(distributions, package):
+    """Return ``(distribution, version)`` for a library, or ``(None, None)``.
+
+    package: the name of the top-level package (``"torch"``), whose ``__version__`` is used if
+    it is imported and has one; otherwise the first of ``distributions`` found installed.
+    """
+    module = sys.modules.get(package)
+    version = getattr(module, "__version__", None)
+    if version is not None and parse(str(version)) is not None:
+        return _installed_name(distributions, module), str(version)
+    return installed_version(distributions, module)
+
+
+def _installed_name(distributions, module):
+    """Which of ``distributions`` provides ``module`` (the first one when that is unclear)."""
+    if len(distributions) > 1:
+        for dist in distributions:
+            if _dist_info_version(dist, module) is not None:
+                return dist
+    return distributions[0] if distributions else None
+
+
+def installed_version(distributions, module=None):
     """Return ``(distribution, version)`` for the first of ``distributions`` installed.
 
-    Returns ``(None, None)`` when none is. Imports importlib.metadata, so call it only when a
-    patch is about to apply, never at start-up.
+    Looks next to ``module`` (an imported package) for its ``.dist-info`` first; falls back to
+    ``importlib.metadata``. Returns ``(None, None)`` when none is installed.
     """
+    for dist in distributions:
+        version = _dist_info_version(dist, module)
+        if version is not None:
+            return dist, version
     try:
         from importlib import metadata
-    except ImportError:  # Python < 3.8 has no importlib.metadata: not supported anyway
+    except ImportError:  # pragma: no cover (Python < 3.8)
         return None, None
     for dist in distributions:
         try:
@@ -61,3 +101,29 @@ def installed_version(distributions):
         except metadata.PackageNotFoundError:
             continue
     return None, None
+
+
+def _dist_info_version(dist, module):
+    """The version in the name of ``dist``'s metadata directory beside ``module``, or None."""
+    location = getattr(module, "__file__", None)
+    if not location:
+        return None
+    package_dir = os.path.dirname(os.path.abspath(location))
+    if os.path.basename(location).startswith("__init__."):
+        package_dir = os.path.dirname(package_dir)
+    entries = _listings.get(package_dir)
+    if entries is None:
+        try:
+            entries = _listings[package_dir] = os.listdir(package_dir)
+        except OSError:
+            entries = _listings[package_dir] = []
+    prefix = re.sub(r"[-_.]+", "_", dist).lower() + "-"
+    for entry in entries:
+        if entry.endswith((".dist-info", ".egg-info")) and \
+                re.sub(r"[-_.]+", "_", entry.split("-", 1)[0]).lower() + "-" == prefix:
+            version = entry[len(entry.split("-", 1)[0]) + 1:].rsplit(".", 1)[0]
+            if version.endswith("-py%d.%d" % sys.version_info[:2]):  # egg-info names
+                version = version[:-len("-py%d.%d" % sys.version_info[:2])]
+            if parse(version) is not None:
+                return version
+    return None

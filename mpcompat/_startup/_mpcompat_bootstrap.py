@@ -6,9 +6,10 @@ call :func:`main`, which does what ``import mpcompat`` does and nothing more:
 - with ``MPCOMPAT_DISABLE`` set it returns without importing anything;
 - after a failed start-up in an ancestor process (``MPCOMPAT_AUTOSTART_FAILED`` is set) it
   returns without trying again;
-- otherwise it imports mpcompat. If that fails it writes one line to stderr, sets
-  ``MPCOMPAT_AUTOSTART_FAILED`` so that child processes skip the hook, and the interpreter
-  carries on without mpcompat.
+- otherwise it imports mpcompat. If that fails (a file of the package is broken or missing)
+  it writes one line to stderr, sets ``MPCOMPAT_AUTOSTART_FAILED`` so that child processes skip
+  the hook, and the interpreter carries on without mpcompat. (A broken file that mpcompat loads
+  later is reported by mpcompat itself, in the same way.)
 
 It lives outside the ``mpcompat`` package so that a broken package cannot break the hook that
 imports it. It never raises, prints nothing when all goes well, and a second call (virtualenvs
@@ -41,8 +42,8 @@ def main(route="mpcompat.start"):
         outcome = "skipped after a failure in a parent process"
         return
     try:
-        import mpcompat  # noqa: F401  (importing activates)
-        outcome = "activated"
+        import mpcompat  # importing activates
+        outcome = "activated" if mpcompat.is_active() else "failed: mpcompat stayed off"
     except Exception as exc:
         outcome = "failed"
         try:
@@ -51,9 +52,24 @@ def main(route="mpcompat.start"):
             pass
 
 
+def _where(exc):
+    """``mpcompat/<file>.py`` where ``exc`` comes from, or None."""
+    path = exc.filename if isinstance(exc, SyntaxError) else None
+    tb = exc.__traceback__
+    while path is None and tb is not None:
+        if tb.tb_next is None:
+            path = tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+    cut = (path or "").rfind(os.sep + "mpcompat" + os.sep)
+    return path[cut + 1:].replace(os.sep, "/") if cut >= 0 else None
+
+
 def _fail(exc):
     global outcome
     reason = "%s: %s" % (type(exc).__name__, exc)
+    where = _where(exc)
+    if where:
+        reason = "%s: %s" % (where, reason)
     for char in "\r\n\0":
         reason = reason.replace(char, " ")
     reason = reason[:300]
@@ -61,13 +77,15 @@ def _fail(exc):
     # No half-imported submodules stay behind: a later explicit import starts afresh.
     for name in [n for n in sys.modules if n == "mpcompat" or n.startswith("mpcompat.")]:
         del sys.modules[name]
+    if os.environ.get(FAILED_VAR):  # said already, by an ancestor process
+        return
     os.environ[FAILED_VAR] = reason
     stream = sys.stderr
     if stream is None:
         return
     try:
-        stream.write("mpcompat: auto-activation failed, mpcompat stays off in this process and "
-                     "its children (%s)\n" % reason)
+        stream.write("mpcompat: auto-activation failed, it stays off in this process and its "
+                     "children (%s); reinstall mpcompat to fix this\n" % reason)
         stream.flush()
     except Exception:
         pass

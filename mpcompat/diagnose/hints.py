@@ -3,7 +3,10 @@
 Hints are chosen by the object's type wherever possible (error texts differ between Python
 versions); the error text decides only where the type cannot (local objects, lookups that do not
 lead back to the object). Library types are recognised only if their library is already
-imported: nothing here imports lmdb, h5py or torch.
+imported: nothing here imports lmdb, h5py or torch. Open handles (files, sockets, sqlite3,
+lmdb, h5py) get ``mpcompat.per_process`` as their fix first; classes and functions that the
+main script defines under ``if __name__ == "__main__":`` get where they are and the fix (see
+``mpcompat.diagnose.main_guard``).
 """
 import re
 import sys
@@ -13,8 +16,15 @@ from mpcompat.diagnose.walker import MainReference, _type_name
 
 __all__ = ["hint_for"]
 
+# (A hint's prose lines are wrapped when shown: each paragraph is one line here.)
+_PER_PROCESS = (
+    "Create it with mpcompat.per_process, which behaves like the handle but opens it on first "
+    "use, once in each process, and is pickled as the recipe to open it:\n"
+    "\n"
+    "    self.{attr} = mpcompat.per_process({factory})")
+
 _LAZY_OPEN = """\
-Keep what is needed to open it (a path) and open it lazily, once in each worker:
+Or keep what is needed to open it (a path) and open it lazily yourself, once in each worker:
 
     class MyDataset(torch.utils.data.Dataset):
         def __init__(self, path):
@@ -62,7 +72,11 @@ def hint_for(obj, exc, path, culprit=None):
 def _hint(obj, exc, path, culprit):
     attr = _last_attribute(path)
     if isinstance(exc, MainReference):
-        return _main_hint(culprit if culprit is not None else obj)
+        target = culprit if culprit is not None else obj
+        if exc.guard is not None:
+            from mpcompat.diagnose.main_guard import advice
+            return advice(target.__qualname__, exc.guard[0], exc.guard[1])
+        return _main_hint(target)
     if culprit is not None:
         local = _local_hint(culprit, exc)
         if local is not None:
@@ -141,22 +155,28 @@ def _resource_hint(obj, exc, attr):
     import io
     if isinstance(obj, io.IOBase):
         what, opener = "An open file is a handle of this process.", 'open(self.path, "rb")'
+        factory = 'open, path, "rb"'
     elif _isinstance(obj, "socket", "socket"):
         what, opener = ("A socket is a connection of this process.",
                         "socket.create_connection(self.address)")
+        factory = "socket.create_connection, address"
     elif _isinstance(obj, "sqlite3", "Connection", "Cursor"):
         what, opener = ("An sqlite3 connection belongs to the process that opened it.",
                         "sqlite3.connect(self.path)")
+        factory = "sqlite3.connect, path"
     elif _isinstance(obj, "lmdb", "Environment", "Transaction", "Cursor", "_Database"):
         what, opener = ("An lmdb environment is an open handle, and lmdb forbids using one "
                         "across processes.",
                         "lmdb.open(self.path, readonly=True, lock=False, readahead=False)")
+        factory = "lmdb.open, path, readonly=True, lock=False"
     elif type(obj).__module__.split(".")[0] == "h5py":
         what, opener = ("An h5py file, group or dataset is an open HDF5 handle.",
                         'h5py.File(self.path, "r")')
+        factory = 'h5py.File, path, "r"'
     else:
         return None
-    return what + " " + _LAZY_OPEN.format(attr=attr, opener=opener)
+    return "\n\n".join([what + " " + _PER_PROCESS.format(attr=attr, factory=factory),
+                      _LAZY_OPEN.format(attr=attr, opener=opener)])
 
 
 def _sync_hint(obj, exc, attr):
@@ -228,7 +248,7 @@ def _memory_hint(obj, exc, attr):
 
 
 def _view_or_module_hint(obj, exc, attr):
-    from mpcompat.rebuild import MODULE_TYPE, VIEW_REDUCERS
+    from mpcompat.reducers import MODULE_TYPE, VIEW_REDUCERS
     import mpcompat
     active = mpcompat.is_active()
     if type(obj) in VIEW_REDUCERS:

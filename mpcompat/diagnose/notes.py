@@ -5,7 +5,8 @@ only after an error has been raised; the error keeps its type and gains a note (
 Python 3.11+; on 3.8-3.10 the note is appended to the message where that is safe, and kept in
 ``__notes__`` always). Paths start from names the user passed: a Process's ``target``,
 ``args[i]`` and ``kwargs[key]``; a DataLoader worker's ``dataset``, ``collate_fn`` and
-``worker_init_fn``; a Pool or executor task's function and arguments.
+``worker_init_fn``; a Pool or executor task's function and arguments; the ``result`` (or
+``exception``) a Pool or executor worker sends back.
 """
 import sys
 import threading
@@ -69,8 +70,22 @@ def notes_of(exc):
 
 def explanation_of(exc):
     """Return the :class:`~mpcompat.diagnose.Explanation` a pickling note on ``exc`` was made
-    from, or None."""
-    return getattr(exc, "__dict__", {}).get(_REPORT)
+    from, or None (also for a copy of ``exc`` unpickled in another process)."""
+    return getattr(getattr(exc, "__dict__", {}).get(_REPORT), "value", None)
+
+
+class _Kept(object):
+    """Keeps a value in an exception's ``__dict__`` for this process only: a pickled copy of
+    the exception (a ProcessPoolExecutor worker sends its errors back) gets None instead, so
+    that the explanation, which holds the objects it explains, never stops it from pickling."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __reduce__(self):
+        return type(None), ()
 
 
 def pickling_failed(exc, obj, pickler, protocol, where):
@@ -91,7 +106,7 @@ def pickling_failed(exc, obj, pickler, protocol, where):
         report = explain_parts(parts, name=name, pickler=pickler, protocol=protocol, error=exc,
                                check_main=False, whole=obj)
         if not report.ok:
-            exc.__dict__[_REPORT] = report
+            exc.__dict__[_REPORT] = _Kept(report)
             add_note(exc, PREFIX + report.format(header + " What cannot be pickled, and why:"))
     except Exception:
         pass
@@ -106,6 +121,8 @@ def _describe(obj, where):
         return _describe_process(obj)
     if where == "send":
         task = _describe_task(obj)
+        if task is None:
+            task = _describe_result(obj)
         if task is not None:
             return task
     what = ("the data for a new process" if where == "start" else
@@ -181,6 +198,73 @@ def _describe_task(obj):
         parts += [("kwargs[%r]" % (k,), v) for k, v in kwargs.items()]
         return header, parts, "task"
     return None
+
+
+def _describe_result(obj):
+    """Results sent back by Pool and ProcessPoolExecutor workers; None for anything else."""
+    cls = type(obj)
+    if cls.__name__ == "_ResultItem" and cls.__module__ == "concurrent.futures.process":
+        state = obj.__dict__
+        exception = state.get("exception")
+        if exception is not None:
+            return _EXCEPTION, [("exception", getattr(exception, "exc", exception))], \
+                "result"
+        header = _RESULT
+        if _executor_chunked():
+            header = ("The result of a task of ProcessPoolExecutor.map could not be sent back "
+                      "to the main process: pickling it failed (result[j] is the result of call "
+                      "j of this task's chunk).")
+        return header, [("result", state.get("result"))], "result"
+    if cls is tuple and len(obj) == 3 and type(obj[0]) is int and type(obj[1]) is int \
+            and type(obj[2]) is tuple and len(obj[2]) == 2 and type(obj[2][0]) is bool:
+        found, func = _pool_worker_func()
+        if not found:
+            return None  # not sent by a Pool worker: a tuple like any other
+        success, value = obj[2]
+        if not success:
+            return _EXCEPTION, [("exception", getattr(value, "exc", value))], "result"
+        header = _RESULT
+        pool = sys.modules.get("multiprocessing.pool")
+        if pool is not None and func is not None and func in (
+                getattr(pool, "mapstar", None), getattr(pool, "starmapstar", None)):
+            header = ("The result of task %d of a Pool map could not be sent back to the main "
+                      "process: pickling it failed (result[j] is the result for item j of the "
+                      "chunk of the iterable this task carried)." % (obj[1],))
+        return header, [("result", value)], "result"
+    return None
+
+
+_RESULT = ("The result of a task could not be sent back to the main process: pickling it "
+           "failed.")
+_EXCEPTION = ("The exception raised by a task could not be sent back to the main process: "
+              "pickling it failed.")
+
+
+def _worker_frame(module, name):
+    """The frame of function ``name`` of ``module`` that is running in this thread, or None."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == name and frame.f_globals.get("__name__") == module:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _pool_worker_func():
+    """``(True, func)`` inside a Pool worker's loop (func: the task's function), else
+    ``(False, None)``."""
+    frame = _worker_frame("multiprocessing.pool", "worker")
+    if frame is None:
+        return False, None
+    return True, frame.f_locals.get("func")
+
+
+def _executor_chunked():
+    """Whether a ProcessPoolExecutor worker is sending back a chunk of ``map()``."""
+    frame = _worker_frame("concurrent.futures.process", "_process_worker")
+    item = frame.f_locals.get("call_item") if frame is not None else None
+    fn = getattr(item, "fn", None)
+    return getattr(getattr(fn, "func", None), "__name__", None) == "_process_chunk"
 
 
 def _bind(target, args, kwargs):

@@ -131,15 +131,20 @@ def explain_parts(parts, name="obj", limit=DEFAULT_LIMIT, protocol=None, pickler
     pickler: a Pickler class to pickle with (e.g. multiprocessing's ForkingPickler, whose extra
     reducers then count); None for ``pickle.dumps``. error: the exception already raised by
     pickling the whole, which skips the first whole pickle. check_main: whether references to
-    ``__main__`` count as problems; None decides from whether children can import ``__main__``.
+    ``__main__`` count as problems; None decides from whether children can import ``__main__``
+    (and, when they can, counts references to what the main script defines only inside
+    ``if __name__ == "__main__":``, which the children do not run).
     whole: the object the parts come from, reported as ``name`` if no part is found at fault.
     """
     if protocol is None:
         protocol = pickle.DEFAULT_PROTOCOL
+    guarded = ()
     if check_main is None:
         check_main = main_unimportable()
+        if not check_main:
+            guarded = _guarded_names()
     walker = _Walker(_dumps_with(pickler, protocol), _dispatch_table(pickler), protocol, limit,
-                     check_main)
+                     check_main, guarded)
     if whole is None:
         whole = [obj for _, obj in parts] if len(parts) != 1 else parts[0][1]
     if error is None:
@@ -187,8 +192,40 @@ def main_unimportable():
     return os.path.splitext(os.path.basename(path))[0] == "ipython"
 
 
+def _guarded_names():
+    """The classes and functions the main script defines only under its main guard."""
+    try:
+        from mpcompat.diagnose.main_guard import guarded_definitions
+        return guarded_definitions()
+    except Exception:
+        return ()
+
+
 class MainReference(pickle.PicklingError):
-    """Not raised by pickle: marks an object pickled as a reference into ``__main__``."""
+    """Not raised by pickle: marks an object pickled as a reference into ``__main__``.
+
+    guard: ``(path, Binding)`` when the name is bound only inside the main guard of the main
+    script (see ``mpcompat.diagnose.main_guard``), else None.
+    """
+
+    guard = None
+
+
+def _guarded_reference(target):
+    """A MainReference for ``target`` if the main script binds its name only under its main
+    guard, else None."""
+    import os
+    from mpcompat.diagnose import main_guard
+    path = main_guard.main_file()
+    binding = main_guard.guarded(target.__qualname__, path) if path else None
+    if binding is None:
+        return None
+    exc = MainReference(
+        "%s is pickled as a reference to __main__.%s, defined inside `if __name__ == "
+        "\"__main__\":` at %s:%d, which spawn and forkserver children do not run"
+        % (describe(target), target.__qualname__, os.path.basename(path), binding.line))
+    exc.guard = (path, binding)
+    return exc
 
 
 def _dumps_with(pickler, protocol):
@@ -247,7 +284,9 @@ def _wrap(text, width):
         if line[:1].isspace() or not line:
             lines.append(line)
         else:
-            lines.extend(textwrap.wrap(line, width) or [""])
+            # Paths and names stay whole, even where longer than a line.
+            lines.extend(textwrap.wrap(line, width, break_long_words=False,
+                                       break_on_hyphens=False) or [""])
     return lines
 
 
@@ -354,9 +393,12 @@ def _weight(obj):
 class _Walker(object):
     """One walk: the objects seen, those found failing, and the problems so far."""
 
-    def __init__(self, dumps, dispatch, protocol, limit, check_main):
+    def __init__(self, dumps, dispatch, protocol, limit, check_main, guarded=()):
         self.dumps, self.dispatch, self.protocol = dumps, dispatch, protocol
         self.limit, self.check_main = limit, check_main
+        # Names (as bytes) defined only under the main script's guard: a pickle that holds
+        # "__main__" and one of them may refer to what children cannot import.
+        self.guarded = tuple(name.encode("utf-8") for name in guarded)
         self.problems = []
         self.positions = []    # per problem: the child positions along its path
         self.truncated = False
@@ -375,6 +417,11 @@ class _Walker(object):
         if self.check_main and b"__main__" in bytes(data):
             return MainReference("pickles a reference to __main__, which child processes "
                                  "cannot import")
+        if self.guarded:
+            raw = data if type(data) is bytes else bytes(data)
+            if b"__main__" in raw and any(name in raw for name in self.guarded):
+                return MainReference("pickles a reference to __main__ that may be defined "
+                                     "under its main guard")
         return None
 
     def done(self):
@@ -596,10 +643,15 @@ class _Walker(object):
                 isinstance(target, type) or type(target) is types.FunctionType) else None
             if module not in _MAIN_NAMES:
                 return False  # some other mention of "__main__" in the data
-            exc = MainReference(
-                "%s is pickled as a reference to __main__.%s, which child processes started "
-                "by spawn or forkserver cannot import" % (describe(target),
-                                                          target.__qualname__))
+            if self.check_main:
+                exc = MainReference(
+                    "%s is pickled as a reference to __main__.%s, which child processes "
+                    "started by spawn or forkserver cannot import" % (describe(target),
+                                                                      target.__qualname__))
+            else:
+                exc = _guarded_reference(target)
+                if exc is None:
+                    return False  # defined where children import it from
         self.failing.add(id(obj))
         if self.done():
             return True

@@ -1,20 +1,45 @@
-"""Patch ``multiprocessing.bootstrap_notes``: the missing-main-guard error names the line.
+"""Patch ``multiprocessing.bootstrap_notes``: a child that fails while starting says why, and
+its parent can learn it.
 
-A spawn or forkserver child imports the main module again; module-level code that starts a
-process then raises "An attempt has been made to start a new process before the current process
-has finished its bootstrapping phase" from ``multiprocessing.spawn._check_not_importing_main``
-(called through the module's globals by ``get_preparation_data``). The hook adds a note naming
-the file and line of the main module that started the process, with the ``if __name__ ==
-"__main__":`` fix. It runs once per process start and does nothing unless the check raises.
+1. The missing main guard. A spawn or forkserver child imports the main module again; module-
+   level code that starts a process then raises "An attempt has been made to start a new
+   process before the current process has finished its bootstrapping phase" from
+   ``multiprocessing.spawn._check_not_importing_main`` (called through the module's globals by
+   ``get_preparation_data``). The hook adds a note naming the file and line of the main module
+   that started the process, with the ``if __name__ == "__main__":`` fix.
+
+2. Start-up failures of spawn and forkserver children. Both run ``spawn._main`` (spawn through
+   ``spawn_main``, forkserver children through ``forkserver._serve_one``), which unpickles the
+   preparation data, imports the main module as ``__mp_main__`` and unpickles the Process
+   object before running it; what raises there kills the child (spawn: the interpreter prints
+   it through ``sys.excepthook``; forkserver: ``_serve_one``'s caller calls ``sys.excepthook``).
+   For that exception:
+   - "AttributeError: Can't get attribute 'X' on <module '__mp_main__' ...>" gains a note that
+     says where X is bound in the script (inside ``if __name__ == "__main__":``, which the
+     child skips) and the fix (see ``mpcompat.diagnose.main_guard``);
+   - the error, its notes and the step that failed are recorded with
+     ``mpcompat.child_failures.record`` for the parent.
+   Where mpcompat was active before ``spawn._main`` started (a .pth file, ``mpcompat run``, a
+   forkserver child), ``spawn._main`` is wrapped. Where the script's own ``import mpcompat``
+   activates it while ``spawn._main`` already runs, a chained ``sys.excepthook`` does the same
+   (``revert`` removes it if it is still the hook in place, and turns it off otherwise).
+
+Nothing here runs on the normal path: the wrappers are one extra call per process start.
 """
 import functools
+import sys
 
 from mpcompat.patch_table import Skip
 
 _MARK = "_mpcompat_bootstrap_notes"
+_DONE = "_mpcompat_start_failure"
+_MODULE = "multiprocessing.spawn"
+_hooks = []  # the excepthooks installed in this process (at most one is active)
 
 
-def _wrap(original):
+# --- 1. the bootstrapping-phase error ------------------------------------------------------------
+
+def _wrap_check(original):
     @functools.wraps(original)
     def _check_not_importing_main():
         try:
@@ -30,17 +55,131 @@ def _wrap(original):
     return _check_not_importing_main
 
 
+# --- 2. start-up failures of spawn and forkserver children ---------------------------------------
+
+def _wrap_main(original):
+    @functools.wraps(original)
+    def _main(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        except Exception as exc:
+            start_failed(exc)
+            raise
+    setattr(_main, _MARK, True)
+    return _main
+
+
+def start_failed(exc):
+    """``exc`` is killing this child while ``spawn._main`` starts it: note what is known about
+    it, and record it for the parent (``mpcompat.child_failures``). Never raises."""
+    try:
+        if exc.__dict__.get(_DONE):
+            return
+        exc.__dict__[_DONE] = True
+    except Exception:
+        return
+    try:
+        from mpcompat.diagnose.main_guard import note_missing_attribute
+        note_missing_attribute(exc)
+    except Exception:
+        pass
+    try:
+        from mpcompat import child_failures
+        child_failures.record(exc, what=_step(exc.__traceback__))
+    except Exception:
+        pass
+
+
+def _step(tb):
+    """What the child was doing when it failed, from the frames of ``multiprocessing.spawn``."""
+    step, main_path = None, None
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_globals.get("__name__") == _MODULE:
+            name = frame.f_code.co_name
+            if name in ("_fixup_main_from_path", "_fixup_main_from_name", "import_main_path"):
+                main_path = frame.f_locals.get("main_path") or frame.f_locals.get("mod_name")
+                step = "importing the main module%s as __mp_main__" % (
+                    " %s" % main_path if main_path else "")
+            elif name == "prepare" and step is None:
+                step = "preparing to run what its parent sent"
+            elif name == "_main" and step is None:
+                step = "unpickling the process object its parent sent"
+        tb = tb.tb_next
+    return step
+
+
+def _through_main(tb):
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "_main" and frame.f_globals.get("__name__") == _MODULE:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _main_running(module):
+    """Whether ``spawn._main`` is running in this thread (the script's own ``import mpcompat``
+    activated mpcompat while the child imports the main module)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_main" and frame.f_globals is module.__dict__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+class _ExceptHook(object):
+    """A ``sys.excepthook`` that handles a start-up failure, then calls the previous hook."""
+
+    def __init__(self, previous):
+        self.previous = previous
+        self.active = True
+
+    def __call__(self, etype, value, tb):
+        if self.active and isinstance(value, Exception) and _through_main(tb):
+            start_failed(value)
+        previous = self.previous or sys.__excepthook__
+        return previous(etype, value, tb)
+
+
+def _install_hook():
+    if any(h.active for h in _hooks):
+        return
+    hook = _ExceptHook(sys.excepthook)
+    _hooks.append(hook)
+    sys.excepthook = hook
+
+
+def _remove_hooks():
+    for hook in _hooks[::-1]:
+        hook.active = False
+        if sys.excepthook is hook:
+            sys.excepthook = hook.previous
+            _hooks.remove(hook)
+
+
+# --- apply / revert ----------------------------------------------------------------------------
+
 def apply(module):
-    """Hook ``module._check_not_importing_main`` (``multiprocessing.spawn``)."""
+    """Hook ``_check_not_importing_main`` and ``_main`` of ``module`` (``multiprocessing.spawn``);
+    in a child that is starting up right now, also install the excepthook."""
     check = module.__dict__.get("_check_not_importing_main")
-    if not callable(check):
-        raise Skip("multiprocessing.spawn has no _check_not_importing_main()")
+    main = module.__dict__.get("_main")
+    if not callable(check) or not callable(main):
+        raise Skip("multiprocessing.spawn has no _check_not_importing_main() or _main()")
     if not getattr(check, _MARK, False):
-        module._check_not_importing_main = _wrap(check)
+        module._check_not_importing_main = _wrap_check(check)
+    if not getattr(main, _MARK, False):
+        module._main = _wrap_main(main)
+    if _main_running(module):
+        _install_hook()
 
 
 def revert(module):
-    """Put back the original check where ours is in place."""
-    check = module.__dict__.get("_check_not_importing_main")
-    if getattr(check, _MARK, False):
-        module._check_not_importing_main = check.__wrapped__
+    """Put back the original functions where ours are in place; remove the excepthook."""
+    for name in ("_check_not_importing_main", "_main"):
+        func = module.__dict__.get(name)
+        if getattr(func, _MARK, False):
+            setattr(module, name, func.__wrapped__)
+    _remove_hooks()

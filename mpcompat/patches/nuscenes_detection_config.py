@@ -3,13 +3,15 @@
 nuscenes-devkit 1.0.0 to 1.2.0 set ``self.class_names = self.class_range.keys()`` in
 ``DetectionConfig.__init__`` (nuscenes-devkit#1155), a ``dict_keys`` view that no CPython
 version pickles; every dataset that keeps the config (mmdet3d, BEVFormer, UniAD) then cannot
-reach a spawn worker. The patch wraps ``__init__`` in place, so the class keeps its identity
-and references taken earlier with ``from ... import DetectionConfig`` see it. After the
-original ``__init__`` ran, a ``dict_keys`` ``class_names`` becomes a list in ``class_range``
-order; everything else the original set is left as it is. ``deserialize`` and both
-``config_factory`` functions build configs through ``__init__``, so they are covered too.
+reach a spawn worker. The patch wraps ``__init__`` in place with a ``wrapt.FunctionWrapper``
+(signature, introspection and descriptor binding stay the original's; ``__wrapped__`` is the
+original), so the class keeps its identity and references taken earlier with ``from ...
+import DetectionConfig`` see it. After the original ``__init__`` ran, a ``dict_keys``
+``class_names`` becomes a list in ``class_range`` order; everything else the original set is
+left as it is. ``deserialize`` and both ``config_factory`` functions build configs through
+``__init__``, so they are covered too.
 """
-import functools
+import wrapt
 
 from mpcompat.patch_table import Skip
 
@@ -29,7 +31,7 @@ def apply(module):
         raise Skip("DetectionConfig defines no __init__ of its own")
     if cls in _patched:
         return
-    wrapper = _wrap(original)
+    wrapper = wrapt.FunctionWrapper(original, _init_wrapper)
     _patched[cls] = (original, wrapper)
     cls.__init__ = wrapper
 
@@ -45,11 +47,9 @@ def revert(module):
             cls.__init__ = original
 
 
-def _wrap(original):
-    @functools.wraps(original)
-    def __init__(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        names = self.__dict__.get("class_names")
-        if type(names) is _DICT_KEYS:
-            self.class_names = list(names)
-    return __init__
+def _init_wrapper(wrapped, instance, args, kwargs):
+    """Run the original ``__init__``, then make a ``dict_keys`` ``class_names`` a list."""
+    wrapped(*args, **kwargs)
+    names = instance.__dict__.get("class_names")
+    if type(names) is _DICT_KEYS:
+        instance.class_names = list(names)

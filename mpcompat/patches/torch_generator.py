@@ -12,8 +12,6 @@ This patch registers, for ``ForkingPickler`` only, a reducer that ships the devi
 initial seed and the state as bytes; plain ``pickle``, ``copy`` and ``torch.save`` keep
 torch's own ``__reduce__``.
 """
-from multiprocessing.reduction import ForkingPickler
-
 from mpcompat.patch_table import Skip
 from mpcompat.rebuild import rebuild_torch_generator
 
@@ -29,6 +27,7 @@ def apply(module):
     cls = getattr(module, "Generator", None)
     if cls is None or not hasattr(cls, "get_state"):
         raise Skip("torch.Generator has no get_state")
+    ForkingPickler = _forking_pickler()
     current = ForkingPickler._extra_reducers.get(cls)
     if current is reduce_generator:
         return
@@ -40,5 +39,15 @@ def apply(module):
 def revert(module):
     """Remove :func:`reduce_generator` from ForkingPickler if it is still the one there."""
     cls = getattr(module, "Generator", None)
+    ForkingPickler = _forking_pickler()
     if cls is not None and ForkingPickler._extra_reducers.get(cls) is reduce_generator:
         del ForkingPickler._extra_reducers[cls]
+
+
+def _forking_pickler():
+    # The package first: importing multiprocessing.reduction while another thread is still
+    # initializing the multiprocessing package can deadlock inside CPython (they import each
+    # other); importing the package waits for that thread instead.
+    import multiprocessing  # noqa: F401
+    from multiprocessing.reduction import ForkingPickler
+    return ForkingPickler

@@ -2,14 +2,15 @@
 
 A checkpoint that holds dict views (``state_dict().keys()`` kept in a dict, a nuscenes-style
 config) is written by ``torch.save`` through mpcompat's view reducers, so it names
-``mpcompat.rebuild.rebuild_dict_keys`` and friends. ``torch.load`` defaults to
+``mpcompat.rebuild_views.rebuild_dict_keys`` and friends. ``torch.load`` defaults to
 ``weights_only=True`` since torch 2.6 and rejects every global it does not know. This patch
-allowlists the six view rebuild functions, and nothing else, with
+allowlists the six view rebuild functions (the whole of ``mpcompat.rebuild_views``, which holds
+nothing else callable), and nothing else, with
 ``torch.serialization.add_safe_globals``; ``revert`` removes exactly the ones it added, so
 safe globals that the user (or anyone else) added stay, including these six if they were
 already there.
 """
-from mpcompat import rebuild
+from mpcompat import rebuild_views as rebuild
 from mpcompat.patch_table import Skip
 
 VIEW_REBUILDERS = (

@@ -205,8 +205,10 @@ def test_mpcompat_disable_registers_and_patches_nothing(value):
     assert out["pickles_view"] == "False"
     assert out["register_works"] == "True"
     assert out["after_activate"] == "True [1]"
-    assert out["status_before"].endswith("inactive (disabled by MPCOMPAT_DISABLE=%s)" % value)
-    assert out["status_after"].endswith(": active (activated)")
+    assert out["status_before"].endswith(
+        ": inactive in this process, off: MPCOMPAT_DISABLE=%s is set" % value)
+    assert out["status_after"].endswith(
+        ": active in this process only, activated by mpcompat.activate()")
 
 
 def test_without_mpcompat_disable_import_activates():
@@ -250,7 +252,8 @@ def test_start_up_defers_copyreg_registry_and_patch_manager():
     print(type(pickle.loads(pickle.dumps({"a": 1}.keys()))).__name__)
     print("mpcompat.patch_manager" in sys.modules)
     import multiprocessing.reduction  # a patch target: the manager arms the patches
-    print(mpcompat.status().patches[5].name, mpcompat.status().patches[5].state)
+    rows = {p.name: p.state for p in mpcompat.status().patches}
+    print("multiprocessing.pickling_notes", rows["multiprocessing.pickling_notes"])
     """
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
@@ -312,12 +315,12 @@ def test_status_summary(restore_mpcompat):
 
     mpcompat.register(UserThing, reduce_user_thing)
     report = mpcompat.status()
-    assert report.active is True and report.reason
+    assert report.active is True and report.how == report.reason
     assert set(report.builtin) == set(BUILTIN)
     assert report.reducers[UserThing] is reduce_user_thing
     text = str(report)
     first = text.splitlines()[0]
-    assert first.startswith("mpcompat %s: active (" % mpcompat.__version__)
+    assert first.startswith("mpcompat %s: active in this process" % mpcompat.__version__)
     for cls, red in BUILTIN.items():
         line = [l for l in text.splitlines() if ("builtins.%s " % cls.__name__) in l]
         assert len(line) == 1 and "built-in" in line[0]
@@ -328,7 +331,8 @@ def test_status_summary(restore_mpcompat):
 
     mpcompat.deactivate()
     text = str(mpcompat.status())
-    assert text.splitlines()[0].endswith("inactive (deactivated by mpcompat.deactivate())")
+    assert text.splitlines()[0].endswith(
+        ": inactive in this process, deactivated by mpcompat.deactivate()")
     assert "reduce_dict_keys" not in text and "reduce_user_thing" in text
 
 
@@ -338,7 +342,9 @@ def test_python_m_mpcompat_status():
                           universal_newlines=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == "mpcompat %s: active (activated by import)" % mpcompat.__version__
+    assert lines[0] == ("mpcompat %s: active in this process only, activated by the mpcompat "
+                        "command itself" % mpcompat.__version__)
+    assert lines[1].startswith("auto-activation at interpreter start: not installed: ")
     for cls, red in BUILTIN.items():
         assert any(("builtins.%s " % cls.__name__) in l and red.__name__ in l for l in lines)
     assert "patches:" in lines
@@ -349,5 +355,5 @@ def test_python_m_mpcompat_status():
                               timeout=120)
     assert disabled.returncode == 0, disabled.stderr
     assert disabled.stdout.splitlines()[0].endswith(
-        ": inactive (disabled by MPCOMPAT_DISABLE=1)")
-    assert "  (none)" in disabled.stdout.splitlines()
+        ": inactive in this process, off: MPCOMPAT_DISABLE=1 is set")
+    assert "  (none: mpcompat is off)" in disabled.stdout.splitlines()

@@ -62,7 +62,7 @@ def test_golden_file_loads_to_the_right_type_and_contents(name):
     assert (data[:1] == pickle.PROTO) == (protocol >= 2)
     if protocol >= 2:
         assert data[1] == protocol
-    assert b"mpcompat.rebuild" in data
+    assert b"mpcompat.rebuild" in data  # rebuild_views (views), rebuild (module)
     _check(name, pickle.loads(data))
     _check(name, pickle._Unpickler(io.BytesIO(data)).load())
 

@@ -39,6 +39,7 @@ def add_patch(monkeypatch):
     was_active = mpcompat.is_active()
     saved = patch_table.PATCHES
     monkeypatch.delenv("MPCOMPAT_DISABLED_PATCHES", raising=False)
+    monkeypatch.setenv("MPCOMPAT_WARNED", "")  # each test starts a fresh "process tree"
     _drop_targets()
 
     def add(name, target=ALPHA, impl="patchkit.good", distributions=(), supported="",
@@ -179,7 +180,7 @@ def test_raising_patch_never_breaks_the_import_and_warns_once(add_patch):
         importlib.reload(target)
     assert target.answer() == 41
     assert len(found) == 1, found
-    assert "'test.raising'" in found[0] and "python %s" % PYTHON in found[0]
+    assert "'test.raising'" in found[0] and "Python %s" % PYTHON in found[0]
     assert "RuntimeError: boom: %s changed shape" % ALPHA in found[0]
     row = _rows()["test.raising"]
     assert row.state == "failed" and row.reason.startswith("RuntimeError: boom")
@@ -191,7 +192,7 @@ def test_patch_module_that_cannot_be_imported_fails_without_breaking_the_target(
         mpcompat.activate()
         target = _import(ALPHA)
     assert target.answer() == 41
-    assert len(found) == 1 and "'test.missing' failed on python" in found[0]
+    assert len(found) == 1 and "'test.missing' failed on Python" in found[0]
     row = _rows()["test.missing"]
     assert row.state == "failed"
     assert row.reason == "ModuleNotFoundError: No module named 'patchkit.no_such_patch'"
@@ -205,7 +206,7 @@ def test_version_outside_the_range_skips_with_one_warning(add_patch):
         importlib.reload(target)
     assert target.answer() == 41
     assert len(found) == 1, found
-    reason = "pytest %s is outside the supported range >=1000" % _pytest_version()
+    reason = "pytest %s is outside the tested range >=1000" % _pytest_version()
     assert "'test.too_new'" in found[0] and reason in found[0]
     row = _rows()["test.too_new"]
     assert (row.state, row.reason, row.version) == ("skipped", reason, _pytest_version())
@@ -218,7 +219,7 @@ def test_patch_that_declines_is_skipped_with_its_reason(add_patch):
         target = _import(ALPHA)
     assert target.answer() == 41
     assert len(found) == 1 and "'test.declining'" in found[0]
-    assert "skipped on python %s: this build of %s needs no patch" % (PYTHON, ALPHA) in found[0]
+    assert "skipped on Python %s: this build of %s needs no patch" % (PYTHON, ALPHA) in found[0]
     assert _rows()["test.declining"].state == "skipped"
 
 
@@ -250,7 +251,7 @@ def test_activate_takes_the_same_choice_and_checks_it(add_patch):
     with pytest.raises(ValueError, match="disabled_patches: unknown patch name"):
         mpcompat.activate(disabled_patches="test.one,no.such")
     with pytest.raises(PatchUnavailable, match=r"'test.old' cannot apply: pytest \S+ is outside"
-                                               r" the supported range <1"):
+                                               r" the tested range <1"):
         mpcompat.activate(patches=["test.old"])
     with pytest.raises(PatchUnavailable, match="'test.absent' cannot apply: "
                                                "no-such-distribution-mpcompat is not installed"):
@@ -296,7 +297,7 @@ def test_status_lists_every_state_with_reason_and_version(add_patch):
     for spec in patch_table.PATCHES:
         assert spec.name in text
     for needle in ("needs no patch", "RuntimeError: boom", "disabled by activate",
-                   "pytest %s" % _pytest_version(), "python %s" % PYTHON,
+                   "pytest %s" % _pytest_version(), "Python %s" % PYTHON,
                    "none of %s imported yet" % BETA):
         assert needle in text, needle
 

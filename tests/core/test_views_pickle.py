@@ -17,7 +17,7 @@ import numpy
 import pytest
 
 import mpcompat
-from mpcompat import rebuild
+from mpcompat import reducers, rebuild_views
 from workers import VIEW_KINDS, canon, make_view, view_types
 
 # pickle._Pickler as the standard library has it, even if dill was imported
@@ -57,7 +57,7 @@ def test_six_types_are_registered_by_exact_type():
     for kind, cls in TYPES.items():
         assert cls.__name__ == kind
         assert table[cls] is copyreg.dispatch_table[cls]
-        assert table[cls] is rebuild.VIEW_REDUCERS[cls]
+        assert table[cls] is reducers.VIEW_REDUCERS[cls]
         assert table[cls].__name__ == "reduce_" + kind
     # odict views subclass dict views: each still has its own exact entry
     assert issubclass(TYPES["odict_keys"], TYPES["dict_keys"])
@@ -91,8 +91,8 @@ def _globals(data):
 @pytest.mark.parametrize("kind", VIEW_KINDS)
 def test_pickle_names_only_the_stable_rebuild_function(kind, protocol):
     data = pickle.dumps(make_view(kind, [("k", "v")]), protocol)
-    assert _globals(data) == {("mpcompat.rebuild", "rebuild_" + kind)}
-    assert getattr(rebuild, "rebuild_" + kind).__module__ == "mpcompat.rebuild"
+    assert _globals(data) == {("mpcompat.rebuild_views", "rebuild_" + kind)}
+    assert getattr(rebuild_views, "rebuild_" + kind).__module__ == "mpcompat.rebuild_views"
 
 
 @pytest.mark.parametrize("kind", VIEW_KINDS)
@@ -149,7 +149,7 @@ def test_forking_pickler(kind):
     buf = io.BytesIO()
     ForkingPickler(buf).dump(view)
     assert buf.getvalue() == data
-    assert ("mpcompat.rebuild", "rebuild_" + kind) in _globals(data)
+    assert ("mpcompat.rebuild_views", "rebuild_" + kind) in _globals(data)
 
 
 @pytest.mark.parametrize("kind", VIEW_KINDS)

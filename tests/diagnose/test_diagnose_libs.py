@@ -20,6 +20,9 @@ def test_hint_lmdb_environment(tmp_path):
             problem = report.problems[0]
             assert [p.path for p in report.problems] == [path]
             assert problem.type is lmdb.Environment
+            fix = "self.env = mpcompat.per_process(lmdb.open, path, readonly=True, lock=False)"
+            assert fix in problem.hint
+            assert problem.hint.index(fix) < problem.hint.index("open it lazily yourself")
             assert "lmdb.open(self.path, readonly=True, lock=False" in problem.hint
             assert "self.env = None" in problem.hint and 'state["env"] = None' in problem.hint
         with env.begin() as txn:
@@ -36,6 +39,9 @@ def test_hint_h5py_file_and_dataset(tmp_path):
             problem = mpcompat.explain(w.Holder(**{name: obj}), name="dataset").problems[0]
             assert problem.path == "dataset." + name
             assert problem.error == "TypeError: h5py objects cannot be pickled"
+            fix = 'self.%s = mpcompat.per_process(h5py.File, path, "r")' % name
+            assert fix in problem.hint
+            assert problem.hint.index(fix) < problem.hint.index("open it lazily yourself")
             assert 'h5py.File(self.path, "r")' in problem.hint
             assert "self.%s = None" % name in problem.hint
 

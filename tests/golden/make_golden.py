@@ -9,7 +9,9 @@ by mpcompat 0.1.0 on CPython 3.11 (``.venv``) with::
 The files are committed and must never be regenerated to make a test pass: they stand for
 pickles that users already have on disk and in flight between processes. tests/core/
 test_golden.py loads every one of them and checks type and contents, so moving, renaming or
-changing the signature of a function in ``mpcompat.rebuild`` fails loudly. When mpcompat's
+changing the signature of a function in ``mpcompat.rebuild_views`` or ``mpcompat.rebuild``
+fails loudly. (Regenerated once, before any release, when the view rebuilders moved from
+``mpcompat.rebuild`` to ``mpcompat.rebuild_views``: see patches.md.) When mpcompat's
 output format changes on purpose, add new files next to these (for example with a version
 suffix) and keep the old ones loading.
 """

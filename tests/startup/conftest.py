@@ -130,8 +130,8 @@ def build_wheel(python, out, **env):
 
 @pytest.fixture(scope="session")
 def wheel_for(tmp_path_factory):
-    """Factory: ``wheel_for(version)`` is the wheel built from this checkout by that Python
-    (with its C extension compiled for it), built once per session."""
+    """Factory: ``wheel_for(version)`` is the wheel built from this checkout by that Python's
+    project venv, built once per session."""
     built = {}
 
     def get(version="3.11"):
@@ -141,14 +141,6 @@ def wheel_for(tmp_path_factory):
             built[version] = build_wheel(python, out)[0]
         return built[version]
     return get
-
-
-@pytest.fixture(scope="session")
-def wheel_without_cc(tmp_path_factory):
-    """(path, build output) of the wheel Python 3.11 builds when the C compiler always fails
-    (``CC=false``: setuptools' build_ext compiles with ``$CC``)."""
-    python = os.path.join(PROJECT_VENVS["3.11"], "bin", "python")
-    return build_wheel(python, str(tmp_path_factory.mktemp("wheel-nocc")), CC="false")
 
 
 @pytest.fixture(scope="session")

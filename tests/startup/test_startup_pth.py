@@ -35,7 +35,7 @@ def test_a_plain_script(installed, flags, disabled):
         assert report["mpcompat_file"] is None
     else:
         assert report["result"] == VIEWS
-        assert report["view_reducers"] == "C (mpcompat._speedups)"
+        assert report["view_reducer"] == "mpcompat.reducers"
         assert report["mpcompat_file"].startswith(installed.site_packages)
         # Twice: a venv processes its .pth files twice per start (CPython #75723).
         assert report["bootstrap_calls"] == ["mpcompat.pth", "mpcompat.pth"]
@@ -77,8 +77,12 @@ def test_processing_the_pth_again_does_nothing(installed):
 def test_status_names_the_route(installed, disabled):
     proc = installed.run(["python", "-m", "mpcompat", "status"], **switch(disabled))
     assert proc.returncode == 0, proc.stderr
-    line = [l for l in proc.stdout.splitlines() if l.startswith("auto-activation:")][0]
+    first, second = proc.stdout.splitlines()[:2]
     pth = os.path.join(installed.site_packages, "mpcompat.pth")
-    here = ("off in this process tree (MPCOMPAT_DISABLE=1)" if disabled
-            else "activated at start-up by mpcompat.pth")
-    assert line == "auto-activation: %s; on for this environment (%s)" % (here, pth)
+    if disabled:
+        assert first.endswith(": inactive in this process, off: MPCOMPAT_DISABLE=1 is set")
+        assert second == ("auto-activation at interpreter start: on for this environment (%s), "
+                          "but MPCOMPAT_DISABLE=1 keeps mpcompat off in this process tree" % pth)
+    else:
+        assert first.endswith(": active in this process, activated at start-up by mpcompat.pth")
+        assert second == "auto-activation at interpreter start: on for this environment (%s)" % pth

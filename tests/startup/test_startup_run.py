@@ -67,9 +67,11 @@ def test_installed_console_script_with_the_pth(installed):
 def test_status_names_the_route(bare, repo):
     proc = bare.run(bare.launcher_from_source() + ["-m", "mpcompat", "status"])
     assert proc.returncode == 0, proc.stderr
-    line = [l for l in proc.stdout.splitlines() if l.startswith("auto-activation:")][0]
-    assert line == ("auto-activation: activated at start-up by 'mpcompat run' (sitecustomize); "
-                    "no start-up hook installed (mpcompat is imported from %s)" % repo)
+    first, second = proc.stdout.splitlines()[:2]
+    assert first.endswith(": active in this process, activated at start-up by 'mpcompat run'")
+    assert second == ("auto-activation at interpreter start: not installed (mpcompat is "
+                      "imported from %s), but 'mpcompat run' activates it in every process of "
+                      "its command" % repo)
 
 
 def test_exit_code_is_the_commands(installed):

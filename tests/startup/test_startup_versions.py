@@ -7,13 +7,12 @@ import pytest
 @pytest.mark.parametrize("version", ["3.8", "3.13"])
 def test_the_pth_activates_in_the_interpreter_and_a_spawn_child(make_venv, wheel_for, version):
     wheel = wheel_for(version)
-    tag = "cp%s-cp%s-" % ((version.replace(".", ""),) * 2)
-    assert tag in os.path.basename(wheel)  # built for this Python, with its C extension
+    assert os.path.basename(wheel).endswith("-py3-none-any.whl")  # pure Python
     venv = make_venv(version, wheel=wheel)
     report = venv.report("plain.py")
     assert report["mpcompat_file"].startswith(venv.site_packages)
     assert report["result"][0] == ["dict_keys", ["car", "pedestrian"]]
-    assert report["view_reducers"] == "C (mpcompat._speedups)"
+    assert report["view_reducer"] == "mpcompat.reducers"
     report = venv.report("pool.py", "spawn")
     assert report["child_active"] is True
     report = venv.report("plain.py", MPCOMPAT_DISABLE="1")

@@ -1,8 +1,9 @@
 """The torch patches on real torch, in this process, in spawn children and in fresh interpreters.
 
 - torch.boolean_dispatch: F.max_pool2d and the other functions made by boolean_dispatch pickle
-  by reference (identical objects in children); TorchScript and FX keep working; functions made
-  later by other modules are named; reload, deactivate and activate.
+  by reference (identical objects in children), each named at birth as torch intends;
+  TorchScript and FX keep working; functions made later, anywhere, pickle at once; reload,
+  deactivate and activate.
 - torch.safe_globals: torch.load(weights_only=True) of a checkpoint with dict views.
 - torch.generator: a Generator reaches spawn children (Pool and Process arguments) with its state.
 """
@@ -24,7 +25,7 @@ from torch._jit_internal import boolean_dispatch, boolean_dispatched
 
 import mpcompat
 import torch_workers
-from mpcompat import rebuild
+from mpcompat import rebuild_views as rebuild
 from mpcompat.patches import torch_boolean_dispatch, torch_generator, torch_safe_globals
 from testenv import child_env, run_python
 
@@ -43,14 +44,6 @@ def public_functions():
     return [getattr(module, name) for module, name in PUBLIC]
 
 
-def bound_names(fn):
-    """The module-level names of fn's own module that are bound to fn itself."""
-    module = sys.modules.get(fn.__module__)
-    return [key for key, value in vars(module).items() if value is fn] if module else []
-
-
-# --- torch.boolean_dispatch, in this process -------------------------------------------------
-
 def test_public_dispatchers_pickle_by_reference():
     for fn in public_functions():
         assert fn in boolean_dispatched
@@ -60,24 +53,19 @@ def test_public_dispatchers_pickle_by_reference():
     assert pickle.loads(pickle.dumps(torch.unique)) is torch.unique  # torch re-exports it
 
 
-def test_every_dispatcher_is_named_only_by_a_name_bound_to_it():
+def test_every_dispatcher_is_named_as_torch_intends():
     seen = 0
     for fn in list(boolean_dispatched):
-        if fn.__module__ not in sys.modules:  # made by a test module that is gone
-            continue
-        names = bound_names(fn)
-        if names:
-            assert fn.__qualname__ in names, fn
-            assert pickle.loads(pickle.dumps(fn)) is fn
-        else:  # an intermediate no module name reaches: left as torch made it
-            assert fn.__qualname__ == ORIGINAL_QUALNAME, fn
+        assert fn.__qualname__ == fn.__name__, fn  # func_name, given by every caller in torch
         seen += 1
     assert seen >= len(PUBLIC)
-    # torch.functional's intermediate dispatchers carry __name__ "unique", yet unique is bound
-    # to another function: each is named by the private name that really holds it.
+    # torch.functional's intermediate dispatchers carry the func_name "unique" too, while
+    # torch.functional.unique is another function: pickle refuses them, clearly.
     inner = torch.functional._return_inverse_true
-    assert inner.__name__ == "unique" and inner.__qualname__ == "_return_inverse_true"
-    assert pickle.loads(pickle.dumps(inner)) is inner
+    assert inner.__name__ == inner.__qualname__ == "unique"
+    with pytest.raises(pickle.PicklingError, match="not the same object as "
+                                                   "torch.functional.unique"):
+        pickle.dumps(inner)
 
 
 def test_dispatchers_reach_spawn_children_as_the_same_objects(spawn_pool):
@@ -106,8 +94,8 @@ USER_MODULES = {
         def _true(x, flag=False): return ("true", x)
         def _false(x, flag=False): return ("false", x)
         _inner = boolean_dispatch("flag", 1, False, _true, _false, __name__, "pool")
-        _unreachable = [boolean_dispatch("flag", 1, False, _true, _false, __name__, "pool")]
         pool = boolean_dispatch("flag", 1, False, _inner, _false, __name__, "pool")
+        anonymous = boolean_dispatch("flag", 1, False, _true, _false, __name__, None)
     """,
     # made in one module for another that is in the middle of importing it
     "mpc_bd_b": "from mpc_bd_c import shared",
@@ -139,25 +127,24 @@ def user_modules(tmp_path):
         sys.modules.pop(name, None)
 
 
-def test_dispatchers_made_after_activation_are_named(user_modules):
+def test_dispatchers_made_after_activation_are_named_at_birth(user_modules):
     import mpc_bd_a
     import mpc_bd_b
     import mpc_bd_d
-    assert mpc_bd_a._inner.__qualname__ == "_inner"
-    assert mpc_bd_a.pool.__qualname__ == "pool"
-    assert mpc_bd_a._unreachable[0].__qualname__ == ORIGINAL_QUALNAME
+    assert mpc_bd_a._inner.__qualname__ == mpc_bd_a.pool.__qualname__ == "pool"
+    assert mpc_bd_a.anonymous.__qualname__ == ORIGINAL_QUALNAME  # no func_name: left alone
     assert mpc_bd_b.shared.__qualname__ == "shared"
-    assert mpc_bd_d.later.__qualname__ == ORIGINAL_QUALNAME  # mpc_bd_e does not exist yet
+    assert mpc_bd_d.later.__qualname__ == "later"  # for mpc_bd_e, which is not imported yet
     import mpc_bd_e
-    assert mpc_bd_e.later.__qualname__ == "later"
-    for fn in (mpc_bd_a._inner, mpc_bd_a.pool, mpc_bd_b.shared, mpc_bd_e.later):
+    for fn in (mpc_bd_a.pool, mpc_bd_b.shared, mpc_bd_e.later):
         assert pickle.loads(pickle.dumps(fn)) is fn
-    # Made at run time in a module already imported: named at the next sweep.
+    with pytest.raises(pickle.PicklingError, match="not the same object as mpc_bd_a.pool"):
+        pickle.dumps(mpc_bd_a._inner)
+    # Made at run time and bound at its declared name: pickles at once, by reference.
     mpc_bd_a.made_late = boolean_dispatch("flag", 1, False, mpc_bd_a._true, mpc_bd_a._false,
                                           "mpc_bd_a", "made_late")
-    assert mpc_bd_a.made_late.__qualname__ == ORIGINAL_QUALNAME
-    torch_boolean_dispatch.name_pending()
     assert pickle.loads(pickle.dumps(mpc_bd_a.made_late)) is mpc_bd_a.made_late
+    assert mpc_bd_a.made_late in torch_boolean_dispatch.renamed()
 
 
 def test_deactivate_restores_qualnames_and_activate_renames(restore_mpcompat, user_modules):
@@ -181,8 +168,8 @@ def test_deactivate_restores_qualnames_and_activate_renames(restore_mpcompat, us
 def test_applying_again_changes_nothing():
     qualnames = [fn.__qualname__ for fn in boolean_dispatched]
     safe = torch.serialization.get_safe_globals()
-    torch_boolean_dispatch.apply(F)
-    torch_boolean_dispatch.apply(torch.functional)
+    torch_boolean_dispatch.apply(torch._jit_internal)
+    torch_boolean_dispatch.apply(torch._jit_internal)
     torch_safe_globals.apply(torch.serialization)
     torch_generator.apply(torch)
     assert [fn.__qualname__ for fn in boolean_dispatched] == qualnames
@@ -230,7 +217,11 @@ torch._C._add_docstr = tolerant
 importlib.reload(F)
 importlib.reload(torch.functional)
 assert F.max_pool2d is not old and same(F.max_pool2d) and same(torch.functional.unique)
-assert old.__qualname__ == "boolean_dispatch.<locals>.fn"  # its name now holds another function
+try:  # its name now holds another function: pickle says so
+    pickle.dumps(old)
+    raise AssertionError("the old function pickled")
+except pickle.PicklingError as exc:
+    assert "not the same object" in str(exc), exc
 x = torch.randn(1, 1, 4, 4)
 assert torch.equal(F.max_pool2d(x, 2), old(x, 2))
 
@@ -324,10 +315,32 @@ def test_weights_only_load_of_dict_views(restore_mpcompat):
     assert {id(f) for f in active} - {id(f) for f in others} == {
         id(f) for f in torch_safe_globals.VIEW_REBUILDERS}
     with pytest.raises(pickle.UnpicklingError,
-                       match="Unsupported global: GLOBAL mpcompat.rebuild.rebuild_dict_"):
+                       match="Unsupported global: GLOBAL mpcompat.rebuild_views.rebuild_dict_"):
         torch.load(io.BytesIO(blob), weights_only=True)
     mpcompat.activate()
     assert type(torch.load(io.BytesIO(blob), weights_only=True)["keys"]) is type({}.keys())
+
+
+def test_weights_only_load_refuses_the_powerful_rebuilders():
+    """Only the six view rebuilders are allowlisted: a checkpoint naming rebuild_module (which
+    imports any module) or rebuild_by_init is refused by torch.load(weights_only=True)."""
+    for name in ("rebuild_module", "rebuild_by_init"):
+        attack = (b"\x80\x02cmpcompat.rebuild\n" + name.encode()
+                  + b"\nX\x03\x00\x00\x00sys\x85R.")
+        buffer = io.BytesIO()
+        torch.save({"x": 1}, buffer)  # a real zip checkpoint, then its data.pkl replaced
+        import zipfile
+        buffer.seek(0)
+        with zipfile.ZipFile(buffer) as src:
+            entries = {n: src.read(n) for n in src.namelist()}
+        forged = io.BytesIO()
+        with zipfile.ZipFile(forged, "w") as dst:
+            for n, content in entries.items():
+                dst.writestr(n, attack if n.endswith("data.pkl") else content)
+        forged.seek(0)
+        with pytest.raises(pickle.UnpicklingError,
+                           match="Unsupported global: GLOBAL mpcompat.rebuild.%s" % name):
+            torch.load(forged, weights_only=True)
 
 
 def test_revert_keeps_safe_globals_it_did_not_add(restore_mpcompat):

@@ -12,7 +12,9 @@ def main():
     try:
         views = pickle.loads(pickle.dumps([d.keys(), d.values(), OrderedDict(d).items()]))
         report["result"] = [[type(v).__name__, list(v)] for v in views]
-        report["view_reducers"] = getattr(sys.modules.get("mpcompat.rebuild"), "SPEEDUPS", None)
+        reducers = sys.modules.get("mpcompat.reducers")
+        report["view_reducer"] = getattr(getattr(reducers, "reduce_dict_keys", None),
+                                         "__module__", None)
     except Exception as exc:
         report["error"] = "%s: %s" % (type(exc).__name__, exc)
     print(json.dumps(report))

@@ -1,0 +1,83 @@
+"""A spawn DataLoader over a Dataset class defined under ``if __name__ == "__main__":``.
+
+The script (written to a temporary directory, run as a real main script) defines ``MyDS``
+inside its main guard. Each spawn worker imports the script as ``__mp_main__``, which skips
+the guard, and dies unpickling the dataset ("Can't get attribute 'MyDS' on <module
+'__mp_main__'>", printed only to the worker's stderr); the main process says only
+"DataLoader worker (pid(s) ...) exited unexpectedly". With mpcompat that error names the
+worker's error, the class, the file and line where it is defined, and the fix.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+TITLE = "DataLoader(spawn) over a Dataset class defined under if __name__ == \"__main__\""
+ORDER = 46
+NEEDS = ("torch",)
+TIMEOUT = 30
+
+SCRIPT = '''\
+import json
+import time
+import traceback
+
+import torch.utils.data as data
+
+if __name__ == "__main__":
+    class MyDS(data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, index):
+            return index
+
+    loader = data.DataLoader(MyDS(), batch_size=None, num_workers=2,
+                             multiprocessing_context="spawn")
+    start = time.time()
+    try:
+        outcome = {"ok": True, "batches": len(list(loader))}
+    except Exception as exc:
+        outcome = {"ok": False, "type": type(exc).__name__,
+                   "message": "".join(traceback.format_exception_only(type(exc), exc))}
+    outcome["seconds"] = time.time() - start
+    print("OUTCOME " + json.dumps(outcome), flush=True)
+'''
+CLASS_LINE = 8  # the line of "class MyDS" in SCRIPT
+
+
+def run():
+    """Run the script; return the line of the main process's error that names MyDS."""
+    from mpcompat.launcher import command_env
+    directory = tempfile.mkdtemp(prefix="mpcompat-demo-")
+    path = os.path.join(directory, "train.py")
+    with open(path, "w") as fh:
+        fh.write(SCRIPT)
+    start = time.time()
+    try:
+        proc = subprocess.run([sys.executable, path], env=command_env(os.environ), cwd=directory,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=TIMEOUT - 5)
+    finally:
+        import shutil
+        shutil.rmtree(directory, ignore_errors=True)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("OUTCOME ")]
+    if not lines:
+        raise RuntimeError("the script printed no outcome (exit code %s): %s" % (
+            proc.returncode, proc.stderr.strip().splitlines()[-1:]))
+    outcome = json.loads(lines[-1][len("OUTCOME "):])
+    if outcome["ok"]:
+        return "the DataLoader yielded %d samples" % outcome["batches"]
+    message = outcome["message"]
+    flat = " ".join(message.split())
+    named = [l.strip() for l in message.splitlines() if "class MyDS is defined" in l]
+    if not (named and "%s, line %d" % (path, CLASS_LINE) in flat and "module level" in flat):
+        raise RuntimeError("the main process raised %s after %.1f s: %s" % (
+            outcome["type"], outcome["seconds"], message.strip().splitlines()[0]))
+    sentences = named[0].replace(path, "train.py").split(". ")
+    fix = [s for s in sentences if s.startswith("Move ")]
+    return "after %.1f s (%.1f s in all) the main process raises %s: %s ... %s" % (
+        outcome["seconds"], time.time() - start, message.strip().splitlines()[0],
+        sentences[0], fix[0] if fix else "")

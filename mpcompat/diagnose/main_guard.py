@@ -1,0 +1,337 @@
+"""Names a script binds only inside ``if __name__ == "__main__":``, which its children lack.
+
+A spawn or forkserver child imports the parent's main script again, as ``__mp_main__``, without
+running its ``if __name__ == "__main__":`` block. A class or function defined in that block
+pickles in the parent (by reference, as ``__main__.X``) and every child then fails with
+"AttributeError: Can't get attribute 'X' on <module '__mp_main__' ...>".
+
+This module reads the script's source with :mod:`ast` (once per file and modification time, and
+only when asked: by ``explain`` or by a child that failed) and tells where such a name is bound.
+"""
+import ast
+import os
+import re
+import sys
+import threading
+
+__all__ = ["Binding", "Analysis", "analyze", "main_file", "guarded", "guarded_definitions",
+           "advice", "explain_missing", "missing_advice", "note_missing_attribute",
+           "explain_guarded"]
+
+_lock = threading.Lock()
+_cache = {}  # path -> ((mtime_ns, size), Analysis or None)
+_DEFINITIONS = ("class", "function")
+# 3.8-3.13: "Can't get attribute 'X' on <module '__mp_main__' from '/path/script.py'>";
+# newer: "module '__mp_main__' has no attribute 'X'".
+_MISSING = (
+    re.compile(r"Can't get attribute '([^']+)' on <module '(?:__mp_main__|__main__)'"
+               r"(?: from '([^']*)')?"),
+    re.compile(r"module '(?:__mp_main__|__main__)' has no attribute '([^']+)'"),
+)
+
+
+class Binding(object):
+    """Where a module-level name is bound: ``line``, ``kind`` ("class", "function" or
+    "name") and, inside a main guard, ``guard_line`` (the line of its ``if``), else None."""
+
+    __slots__ = ("name", "line", "kind", "guard_line")
+
+    def __init__(self, name, line, kind, guard_line):
+        self.name, self.line, self.kind, self.guard_line = name, line, kind, guard_line
+
+    def __repr__(self):
+        return "Binding(%r, line=%d, kind=%r, guard_line=%r)" % (
+            self.name, self.line, self.kind, self.guard_line)
+
+
+class Analysis(object):
+    """The module-level names of one file.
+
+    outside: ``{name: Binding}`` for names bound where a child runs the code (the first
+    binding). inside: ``{name: Binding}`` for names bound in a main guard (the first binding).
+    guards: the lines of the main-guard ``if`` statements.
+    """
+
+    __slots__ = ("path", "outside", "inside", "guards")
+
+    def __init__(self, path):
+        self.path = path
+        self.outside, self.inside, self.guards = {}, {}, []
+
+    def only_inside(self, name):
+        """The Binding of ``name`` if it is bound in a main guard and nowhere else, or None."""
+        if name in self.outside:
+            return None
+        return self.inside.get(name)
+
+
+def analyze(path):
+    """Return the :class:`Analysis` of the Python file ``path``, or None if it cannot be read.
+
+    Cached per file, modification time and size.
+    """
+    try:
+        st = os.stat(path)
+    except (OSError, TypeError, ValueError):
+        return None
+    key = (getattr(st, "st_mtime_ns", st.st_mtime), st.st_size)
+    with _lock:
+        hit = _cache.get(path)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    result = _parse(path)
+    with _lock:
+        if len(_cache) > 64:
+            _cache.clear()
+        _cache[path] = (key, result)
+    return result
+
+
+def main_file(module_name="__main__"):
+    """The file of the main module that spawn/forkserver children import again, or None.
+
+    None for ``python -c``, the REPL, notebooks and ``python -m pkg`` (``pkg.__main__``): there
+    the children do not import the main module at all (see ``walker.main_unimportable``).
+    """
+    main = sys.modules.get(module_name)
+    if main is None:
+        return None
+    spec_name = getattr(getattr(main, "__spec__", None), "name", None)
+    if spec_name is not None and (spec_name == "__main__" or spec_name.endswith(".__main__")):
+        return None
+    path = getattr(main, "__file__", None)
+    if not isinstance(path, str) or not path.endswith(".py"):
+        return None
+    return os.path.abspath(path)
+
+
+def guarded(name, path=None):
+    """The Binding of ``name`` (a qualname: its first part counts) when ``path`` (default: the
+    main script) binds it only inside ``if __name__ == "__main__":``; else None."""
+    path = path or main_file()
+    analysis = analyze(path) if path else None
+    if analysis is None:
+        return None
+    return analysis.only_inside(name.split(".")[0])
+
+
+def guarded_definitions(path=None):
+    """The names of classes and functions the main script (or ``path``) defines only inside a
+    main guard: the names that can be pickled by reference and then fail in children."""
+    path = path or main_file()
+    analysis = analyze(path) if path else None
+    if analysis is None:
+        return frozenset()
+    return frozenset(name for name, b in analysis.inside.items()
+                     if b.kind in _DEFINITIONS and name not in analysis.outside)
+
+
+def advice(qualname, path, binding):
+    """Explain that ``qualname`` is bound inside the main guard of ``path``, and the fix."""
+    name = qualname.split(".")[0]
+    script = os.path.basename(path)
+    kind = {"class": "class ", "function": "function "}.get(binding.kind, "")
+    what = "%s%s" % (kind, name) if name == qualname else "%s (the %s%s it belongs to)" % (
+        qualname, kind, name)
+    return ("%s is defined inside `if __name__ == \"__main__\":` of %s, line %d. Spawn and "
+            "forkserver child processes import %s as __mp_main__ without running that block, "
+            "so unpickling a reference to __main__.%s fails there with \"AttributeError: "
+            "Can't get attribute %r on <module '__mp_main__'>\". Move %s to module level "
+            "(above the `if __name__ == \"__main__\":` of line %d), or into a module that %s "
+            "imports." % (what, path, binding.line, script, qualname, qualname,
+                          "the %s%s" % (kind, name) if kind else "the code that binds %s" % name,
+                          binding.guard_line, script))
+
+
+def explain_missing(qualname, path):
+    """Why a child that imported ``path`` as ``__mp_main__`` lacks ``qualname``, or None.
+
+    For "Can't get attribute 'X' on <module '__mp_main__' ...>": X is bound only inside the
+    main guard (:func:`advice`), nowhere at module level (:func:`missing_advice`), or outside
+    the guard but where the child did not bind it (a condition, a failed import).
+    """
+    analysis = analyze(path)
+    if analysis is None:
+        return None
+    name = qualname.split(".")[0]
+    binding = analysis.only_inside(name)
+    if binding is not None:
+        return advice(qualname, path, binding)
+    outside = analysis.outside.get(name)
+    if outside is None:
+        return missing_advice(qualname, path)
+    if name != qualname:
+        return None  # the outer name exists: an inner attribute is missing, nothing known
+    return ("%s is bound at module level of %s, line %d, but was not bound when this child "
+            "process imported %s as __mp_main__: the statement did not run there (a condition "
+            "that differs in children, an import that failed, or code under `if __name__ == "
+            "\"__main__\":` that binds it first)." % (
+                name, path, outside.line, os.path.basename(path)))
+
+
+def note_missing_attribute(exc):
+    """In a child process: if ``exc`` is the AttributeError of unpickling a reference to
+    something the main script lacks here ("Can't get attribute 'X' on <module '__mp_main__'
+    ...>"), add a note saying where X is bound in the script and the fix. Return the note's
+    text, or None. Never raises.
+    """
+    try:
+        if not isinstance(exc, AttributeError):
+            return None
+        from mpcompat.diagnose.notes import PREFIX, add_note, notes_of
+        text = str(exc).split("\n", 1)[0]
+        path = None
+        match = _MISSING[0].search(text)
+        if match is not None:
+            name, path = match.group(1), match.group(2)
+        else:
+            match = _MISSING[1].search(text)
+            if match is None:
+                return None
+            name = match.group(1)
+        path = main_file("__mp_main__") or main_file() or path
+        found = explain_missing(name, path) if path else None
+        if not found:
+            return None
+        note = PREFIX + found
+        if note not in notes_of(exc):
+            add_note(exc, note)
+        return note
+    except Exception:
+        return None
+
+
+def missing_advice(qualname, path):
+    """Explain that ``qualname`` is not bound at module level of ``path`` at all."""
+    name = qualname.split(".")[0]
+    script = os.path.basename(path)
+    return ("%s is not defined at module level of %s (nor inside its `if __name__ == "
+            "\"__main__\":` block): the parent created it at run time (with exec(), type(), "
+            "globals()[...] or inside a function), and spawn and forkserver child processes, "
+            "which import %s as __mp_main__, cannot find it. Define %s with class or def at "
+            "module level of %s, or in a module that %s imports." % (
+                name, path, script, name, script, script))
+
+
+def explain_guarded(path, name):
+    """``mpcompat explain module:name`` where the module (file ``path``) lacks ``name``.
+
+    Returns None unless ``path`` binds ``name`` only inside ``if __name__ == "__main__":``;
+    else ``(report, problem)``: the text to print, and whether it is a problem of the object
+    (a class or function the children cannot import: exit 1) rather than of the request (a
+    value created under the guard, which explain cannot reach: exit 2).
+    """
+    analysis = analyze(path)
+    binding = analysis.only_inside(name) if analysis is not None else None
+    if binding is None:
+        return None
+    import textwrap
+    if binding.kind in _DEFINITIONS:
+        lines = ["%s cannot be pickled for spawn or forkserver children: 1 problem found." % name,
+                 "  %s  (%s %s, defined inside `if __name__ == \"__main__\":` of %s, line %d)"
+                 % (name, binding.kind, name, os.path.basename(path), binding.line)]
+        lines += textwrap.wrap(advice(name, path, binding), 88, initial_indent="      hint:  ",
+                               subsequent_indent="             ", break_long_words=False,
+                               break_on_hyphens=False)
+        return "\n".join(lines), True
+    text = ("%s is created inside `if __name__ == \"__main__\":` of %s, line %d, which runs only "
+            "when %s is the main script, so it cannot be imported to be explained. Call "
+            "mpcompat.explain(%s) in the script, or move what creates it to module level."
+            % (name, path, binding.line, os.path.basename(path), name))
+    definitions = sorted((b.line, n, b.kind) for n, b in analysis.inside.items()
+                         if b.kind in _DEFINITIONS and n not in analysis.outside)
+    if definitions:
+        text += (" Spawn and forkserver children will also lack what that block defines: %s; "
+                 "define %s at module level." % (
+                     ", ".join("%s %s (line %d)" % (k, n, line) for line, n, k in definitions),
+                     "it" if len(definitions) == 1 else "them"))
+    return "\n".join(textwrap.wrap(text, 92, break_long_words=False,
+                                   break_on_hyphens=False)), False
+
+
+# --- the analysis ------------------------------------------------------------------------------
+
+def _parse(path):
+    try:
+        import tokenize
+        with tokenize.open(path) as fh:
+            source = fh.read()
+        tree = ast.parse(source, path)
+    except Exception:  # unreadable, not Python, a syntax error: nothing is known
+        return None
+    analysis = Analysis(path)
+    _scan(tree.body, None, analysis)
+    return analysis
+
+
+def _guard(test):
+    """1 for ``__name__ == "__main__"``, -1 for ``__name__ != "__main__"``, else 0."""
+    if not isinstance(test, ast.Compare) or len(test.ops) != 1:
+        return 0
+    sides = (test.left, test.comparators[0])
+    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+    consts = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+    if len(names) != 1 or len(consts) != 1:
+        return 0
+    op = test.ops[0]
+    return 1 if isinstance(op, (ast.Eq, ast.Is)) else -1 if isinstance(
+        op, (ast.NotEq, ast.IsNot)) else 0
+
+
+def _scan(body, guard_line, analysis):
+    for stmt in body:
+        if isinstance(stmt, ast.If):
+            sense = _guard(stmt.test) if guard_line is None else 0
+            _scan(stmt.body, stmt.lineno if sense == 1 else guard_line, analysis)
+            _scan(stmt.orelse, stmt.lineno if sense == -1 else guard_line, analysis)
+            if sense:
+                analysis.guards.append(stmt.lineno)
+            continue
+        for target in _bound(stmt):
+            _bind(analysis, target, stmt, guard_line)
+        for field in ("body", "orelse", "finalbody"):
+            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                _scan(getattr(stmt, field, None) or (), guard_line, analysis)
+        for handler in getattr(stmt, "handlers", None) or ():
+            if handler.name:
+                _bind(analysis, (handler.name, "name"), handler, guard_line)
+            _scan(handler.body, guard_line, analysis)
+        for case in getattr(stmt, "cases", None) or ():  # match (3.10+)
+            _scan(case.body, guard_line, analysis)
+
+
+def _bind(analysis, target, node, guard_line):
+    name, kind = target
+    table = analysis.inside if guard_line is not None else analysis.outside
+    if name not in table:
+        table[name] = Binding(name, node.lineno, kind, guard_line)
+
+
+def _bound(stmt):
+    """The ``(name, kind)`` pairs a module-level statement binds."""
+    if isinstance(stmt, ast.ClassDef):
+        return [(stmt.name, "class")]
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return [(stmt.name, "function")]
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return [((a.asname or a.name.split(".")[0]), "name") for a in stmt.names
+                if a.name != "*"]
+    targets = []
+    if isinstance(stmt, ast.Assign):
+        targets = list(stmt.targets)
+    elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign)):
+        targets = [stmt.target] if getattr(stmt, "value", True) is not None else []
+    elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+        targets = [stmt.target]
+    elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+        targets = [item.optional_vars for item in stmt.items if item.optional_vars is not None]
+    names = []
+    while targets:
+        node = targets.pop()
+        if isinstance(node, ast.Name):
+            names.append((node.id, "name"))
+        elif isinstance(node, (ast.Tuple, ast.List)):
+            targets.extend(node.elts)
+        elif isinstance(node, ast.Starred):
+            targets.append(node.value)
+    return names

@@ -1,0 +1,189 @@
+"""Patch ``concurrent_futures.stuck_waits``: a ``concurrent.futures`` future waited for too long
+dumps the stacks of this process and of its worker processes (``MPCOMPAT_HANG_DUMP``).
+
+Off unless ``MPCOMPAT_HANG_DUMP=SECONDS`` is set: futures that take long are common and
+legitimate, and a stack dump there would be noise. When unset the patch is "not needed" and
+nothing is wrapped. See ``mpcompat.hang_watch`` for the watchdog and the dump.
+
+On ``concurrent.futures._base`` (plain functions, ``functools.wraps``):
+- ``Future.result`` and ``Future.exception``: a call on a future that is not done, without a
+  timeout or with one of SECONDS or more, is registered with the watchdog (``Executor.map``
+  waits through ``result`` too).
+- ``wait``: registered likewise; each future that completes is progress.
+- ``as_completed``: each step that waits for the next future is registered; each future it
+  yields ends that wait.
+The same functions are put in place of the originals on the ``concurrent.futures`` package
+(``from concurrent.futures import wait``). A future does not know its executor: the workers
+asked for their stacks are the live ``multiprocessing`` children of this process (the
+ProcessPoolExecutor workers among them); ThreadPoolExecutor workers are threads of this
+process and appear in its own dump.
+"""
+import functools
+import os
+import sys
+
+from mpcompat.patch_table import NotNeeded, Skip
+
+NAME = "concurrent_futures.stuck_waits"
+_MARK = "_mpcompat_stuck_waits"
+
+
+def _workers(obj):
+    return sys.modules["mpcompat.hang_watch"].children()
+
+
+def _describe_future(future):
+    return "%r" % (future,)
+
+
+def _describe_wait(args):
+    fs, return_when = args
+    total, done = _count(fs)
+    return "concurrent.futures.wait(return_when=%s) on %s futures, %s done" % (
+        return_when, "?" if total is None else total, "?" if done is None else done)
+
+
+def _count(fs):
+    if not isinstance(fs, (set, frozenset, list, tuple)):
+        return None, None
+    items = list(fs)
+    return len(items), sum(1 for f in items if f.done())
+
+
+def _wait_progress(args):
+    return _count(args[0])[1]
+
+
+def _describe_next(state):
+    return "the next future from concurrent.futures.as_completed (%d yielded so far)" % (
+        state[0],)
+
+
+# What the dump says about each kind of wait (see mpcompat.hang_watch.kind).
+_FUTURE = (_describe_future, _workers, None)
+_WAIT = (_describe_wait, _workers, _wait_progress)
+_NEXT = (_describe_next, _workers, None)
+
+
+def _hang_watch():
+    """``mpcompat.hang_watch``, switched on; "not needed" when MPCOMPAT_HANG_DUMP is unset (and
+    then nothing more is imported)."""
+    if not os.environ.get("MPCOMPAT_HANG_DUMP", "").strip():
+        raise NotNeeded("MPCOMPAT_HANG_DUMP is not set")
+    from mpcompat import hang_watch
+    hang_watch.require()
+    return hang_watch
+
+
+def _wrap_method(original, settled, hang_watch):
+    enter, leave, short = hang_watch.enter, hang_watch.leave, hang_watch.short
+
+    @functools.wraps(original)
+    def method(self, timeout=None):
+        try:
+            if self._state in settled or (timeout is not None and short(timeout)):
+                return original(self, timeout)
+            token = enter(self, _FUTURE)
+            try:
+                return original(self, timeout)
+            finally:
+                leave(token)
+                token = None
+        finally:
+            self = None  # as the original does: no cycle through a raised exception's frames
+    setattr(method, _MARK, True)
+    return method
+
+
+def _wrap_wait(original, module, hang_watch):
+    enter, leave, short = hang_watch.enter, hang_watch.leave, hang_watch.short
+
+    @functools.wraps(original)
+    def wait(fs, timeout=None, return_when=module.ALL_COMPLETED):
+        if timeout is not None and short(timeout):
+            return original(fs, timeout, return_when)
+        token = enter((fs, return_when), _WAIT)
+        try:
+            return original(fs, timeout, return_when)
+        finally:
+            leave(token)
+    setattr(wait, _MARK, True)
+    return wait
+
+
+def _wrap_as_completed(original, hang_watch):
+    enter, leave, short = hang_watch.enter, hang_watch.leave, hang_watch.short
+
+    @functools.wraps(original)
+    def as_completed(fs, timeout=None):
+        steps = original(fs, timeout)
+        watched = timeout is None or not short(timeout)
+        state = [0]
+        try:
+            while True:
+                token = enter(state, _NEXT) if watched else None
+                try:
+                    future = next(steps)
+                except StopIteration:
+                    return
+                finally:
+                    leave(token)
+                state[0] += 1
+                yield future
+        finally:
+            steps.close()
+    setattr(as_completed, _MARK, True)
+    return as_completed
+
+
+def _targets(module):
+    future = module.__dict__.get("Future")
+    if not isinstance(future, type):
+        raise Skip("concurrent.futures._base has no Future class")
+    return future
+
+
+def apply(module):
+    """Wrap ``Future.result``/``exception``, ``wait`` and ``as_completed`` of
+    ``concurrent.futures._base``. "Not needed" when MPCOMPAT_HANG_DUMP is unset."""
+    hang_watch = _hang_watch()
+    future = _targets(module)
+    for owner, name in ((future, "result"), (future, "exception"), (module, "wait"),
+                        (module, "as_completed")):
+        if not callable(owner.__dict__.get(name)):
+            raise Skip("concurrent.futures._base has no function %s" % name)
+    settled = frozenset((module.FINISHED, module.CANCELLED, module.CANCELLED_AND_NOTIFIED))
+    hang_watch.arm_workers(NAME)
+    for name in ("result", "exception"):
+        current = future.__dict__[name]
+        if not getattr(current, _MARK, False):
+            setattr(future, name, _wrap_method(current, settled, hang_watch))
+    package = sys.modules.get("concurrent.futures")
+    for name, factory in (("wait", lambda f: _wrap_wait(f, module, hang_watch)),
+                          ("as_completed", lambda f: _wrap_as_completed(f, hang_watch))):
+        current = module.__dict__[name]
+        if not getattr(current, _MARK, False):
+            ours = factory(current)
+            setattr(module, name, ours)
+            if package is not None and package.__dict__.get(name) is current:
+                setattr(package, name, ours)
+
+
+def revert(module):
+    """Put back the original functions where ours are still in place (also on the
+    ``concurrent.futures`` package)."""
+    hang_watch = sys.modules.get("mpcompat.hang_watch")
+    if hang_watch is not None:
+        hang_watch.disarm_workers(NAME)
+    future = module.__dict__.get("Future")
+    for name in ("result", "exception"):
+        current = future.__dict__.get(name) if isinstance(future, type) else None
+        if getattr(current, _MARK, False):
+            setattr(future, name, current.__wrapped__)
+    package = sys.modules.get("concurrent.futures")
+    for name in ("wait", "as_completed"):
+        current = module.__dict__.get(name)
+        if getattr(current, _MARK, False):
+            setattr(module, name, current.__wrapped__)
+            if package is not None and package.__dict__.get(name) is current:
+                setattr(package, name, current.__wrapped__)

@@ -1,0 +1,230 @@
+"""Patch ``torch.dataloader_workers``: DataLoader workers never fail in silence.
+
+Two targets, two changes:
+
+- ``torch.utils.data._utils.worker``: ``_worker_loop`` (the worker processes' target, pickled
+  by reference under spawn and forkserver) is replaced by a plain function with the same name,
+  bound at the same module attribute. In the worker, before the original loop (and so before
+  the user's ``worker_init_fn``), it
+  (a) gives the worker's result queue its own ``_on_queue_feeder_error``: a batch that cannot
+      be pickled makes the queue's feeder thread raise, which stock multiprocessing only
+      prints, so the main process waits for that batch forever (pytorch#142884). The handler
+      puts ``(idx, ExceptionWrapper)`` in its place, with the path to what cannot be pickled
+      (from ``mpcompat.diagnose``), and torch's own ``reraise()`` raises it in the main
+      process. Paths start at ``batch``: what the DataLoader yields for that step (one sample
+      with ``batch_size=None``);
+  (b) makes OpenCV single-threaded there if the ``opencv.worker_threads`` patch is applied.
+  Nothing else runs per batch: the handler is called only when pickling a batch fails.
+- ``torch.utils.data.dataloader``: ``_MultiProcessingDataLoaderIter._try_get_data`` (the method
+  that raises "DataLoader worker (pid(s) ...) exited unexpectedly" in torch 1.9 to 2.13) is
+  wrapped with a ``wrapt.FunctionWrapper``; that error gains, once, the cause a worker recorded
+  before dying while starting up (``mpcompat.child_failures``: e.g. a Dataset class defined
+  under the main guard, which spawn workers cannot unpickle).
+"""
+import functools
+import re
+import sys
+
+import wrapt
+
+from mpcompat.patch_table import Skip
+
+WORKER = "torch.utils.data._utils.worker"
+LOADER = "torch.utils.data.dataloader"
+_MARK = "_mpcompat_dataloader_workers"
+_NOTED = "_mpcompat_workers_noted"
+_DEAD = re.compile(r"DataLoader worker \(pids?(?:\(s\))? ([0-9][0-9, ]*)\) exited unexpectedly")
+# iterator class -> (original _try_get_data, our wrapper); per class, so that a class left
+# behind by importlib.reload is reverted too.
+_patched = {}
+
+
+def apply(module):
+    """Replace ``_worker_loop`` (worker module) or wrap ``_try_get_data`` (dataloader module)."""
+    if module.__name__ == WORKER:
+        _apply_worker(module)
+    elif module.__name__ == LOADER:
+        _apply_loader(module)
+
+
+def revert(module):
+    """Put the originals back where ours are still in place."""
+    if module.__name__ == WORKER:
+        loop = module.__dict__.get("_worker_loop")
+        if getattr(loop, _MARK, False):
+            module._worker_loop = loop.__wrapped__
+    elif module.__name__ == LOADER:
+        for cls in [c for c in _patched if c.__module__ == module.__name__]:
+            original, wrapper = _patched.pop(cls)
+            if cls.__dict__.get("_try_get_data") is wrapper:
+                cls._try_get_data = original
+
+
+# --- in the worker ----------------------------------------------------------------------------
+
+def _apply_worker(module):
+    loop = module.__dict__.get("_worker_loop")
+    if not callable(loop):
+        raise Skip("%s has no _worker_loop()" % WORKER)
+    if getattr(loop, _MARK, False):
+        return
+    module._worker_loop = _make_worker_loop(loop)
+
+
+def _make_worker_loop(original):
+    @functools.wraps(original)
+    def _worker_loop(*args, **kwargs):
+        try:
+            _prepare_worker(original, args, kwargs)
+        except Exception:  # never keep a worker from running
+            pass
+        return original(*args, **kwargs)
+    setattr(_worker_loop, _MARK, True)
+    return _worker_loop
+
+
+def _prepare_worker(original, args, kwargs):
+    """In a worker, before the original loop: the feeder error handler and OpenCV threads."""
+    import inspect
+    bound = inspect.signature(original).bind(*args, **kwargs).arguments
+    queue, worker_id = bound.get("data_queue"), bound.get("worker_id")
+    if hasattr(type(queue), "_on_queue_feeder_error") and hasattr(queue, "put"):
+        # Read by Queue._start_thread at the first put (3.8-3.13): an instance attribute
+        # set before it is what the feeder thread calls.
+        queue._on_queue_feeder_error = functools.partial(_feeder_error, queue, worker_id)
+    opencv = sys.modules.get("mpcompat.patches.opencv_worker_threads")
+    if opencv is not None:
+        opencv.configure_worker()
+
+
+def _feeder_error(queue, worker_id, exc, obj):
+    """The feeder thread failed to pickle ``obj``: send an error in place of the batch.
+
+    Runs in the worker's feeder thread, which has released the queue's locks and semaphore
+    slot before calling its error handler, so putting on the same queue is safe there.
+    """
+    sent = False
+    try:
+        if type(obj) is tuple and len(obj) == 2 and type(obj[0]) is int:
+            idx, data = obj
+            queue.put((idx, _error_for(exc, idx, data, worker_id)), False)
+            sent = True
+    except Exception:
+        pass
+    if not sent:
+        type(queue)._on_queue_feeder_error(exc, obj)
+
+
+def _error_for(exc, idx, data, worker_id):
+    """An ExceptionWrapper that torch's reraise() turns into the error, with the report."""
+    from multiprocessing.reduction import ForkingPickler
+    from torch._utils import ExceptionWrapper
+    where = "in DataLoader worker process %s" % worker_id
+    if isinstance(data, ExceptionWrapper):  # an error whose class cannot be pickled
+        message = ("mpcompat: the worker's error, %s, could not be sent to the main process "
+                   "(%s: %s); its traceback in the worker:\n%s" % (
+                       getattr(data.exc_type, "__qualname__", data.exc_type),
+                       type(exc).__name__, _own_message(exc),
+                       getattr(data, "exc_msg", "").rstrip()))
+        return ExceptionWrapper((RuntimeError, RuntimeError(message), None), where)
+    carrier = _carrier(exc)
+    from mpcompat.diagnose.notes import add_note
+    add_note(carrier, _report(exc, idx, data, worker_id, ForkingPickler))
+    wrapper = ExceptionWrapper((type(carrier), carrier, None), where)
+    try:
+        ForkingPickler.dumps(wrapper)
+    except Exception:  # the error's class cannot reach the main process: keep its text
+        text = "%s: %s" % (type(carrier).__name__, str(carrier))
+        wrapper = ExceptionWrapper((RuntimeError, RuntimeError(text), None), where)
+    return wrapper
+
+
+def _carrier(exc):
+    """A new exception of ``exc``'s type with its own message (mpcompat's notes left out)."""
+    message = _own_message(exc)
+    try:
+        carrier = type(exc)(message)
+        if str(carrier) == message:
+            return carrier
+    except Exception:
+        pass
+    import pickle
+    return pickle.PicklingError("%s: %s" % (type(exc).__name__, message))
+
+
+def _own_message(exc):
+    """``str(exc)`` without the notes mpcompat appended to it on Python 3.8-3.10."""
+    text = str(exc)
+    if sys.version_info < (3, 11):
+        from mpcompat.diagnose.notes import notes_of
+        for note in reversed(notes_of(exc)):
+            if text.endswith("\n" + note):
+                text = text[:-len(note) - 1]
+    return text
+
+
+def _report(exc, idx, data, worker_id, pickler):
+    from mpcompat.diagnose.notes import PREFIX
+    from mpcompat.diagnose.walker import explain_parts
+    header = ("DataLoader worker process %s could not send batch %d of this epoch (counting "
+              "from 0) to the main process: pickling it failed, and without mpcompat the main "
+              "process would wait for it forever. 'batch' is what the DataLoader yields for that "
+              "step (one sample when batch_size=None). What cannot be pickled, and why:"
+              % (worker_id, idx))
+    try:
+        report = explain_parts([("batch", data)], name="batch", pickler=pickler, error=exc,
+                               check_main=False)
+        if not report.ok:
+            return PREFIX + report.format(header)
+    except Exception:
+        pass
+    return PREFIX + header.rsplit(" What", 1)[0] + " (%s: %s)" % (type(exc).__name__,
+                                                                  _own_message(exc))
+
+
+# --- in the main process ----------------------------------------------------------------------
+
+def _apply_loader(module):
+    cls = getattr(module, "_MultiProcessingDataLoaderIter", None)
+    original = cls.__dict__.get("_try_get_data") if isinstance(cls, type) else None
+    if original is None:
+        raise Skip("%s has no _MultiProcessingDataLoaderIter._try_get_data" % LOADER)
+    if cls in _patched:
+        return
+    wrapper = wrapt.FunctionWrapper(original, _try_get_data_wrapper)
+    _patched[cls] = (original, wrapper)
+    cls._try_get_data = wrapper
+
+
+def _try_get_data_wrapper(wrapped, instance, args, kwargs):
+    """Call ``_try_get_data``; a "worker exited unexpectedly" error gains the worker's cause."""
+    try:
+        return wrapped(*args, **kwargs)
+    except RuntimeError as exc:
+        _name_cause(exc)
+        raise
+
+
+def _name_cause(exc):
+    """Add the note from ``mpcompat.child_failures`` for the dead workers to ``exc``, once."""
+    try:
+        if exc.__dict__.get(_NOTED):
+            return
+        match = _DEAD.search(str(exc))
+        if match is None:
+            return
+        exc.__dict__[_NOTED] = True
+        pids = [int(p) for p in re.findall(r"[0-9]+", match.group(1))]
+        cause = exc.__cause__
+        if cause is not None:  # torch's SIGCHLD handler named the worker first
+            found = _DEAD.search(str(cause))
+            if found is not None:
+                pids += [int(p) for p in re.findall(r"[0-9]+", found.group(1)) if int(p)
+                         not in pids]
+        from mpcompat import child_failures
+        note = child_failures.note_for(pids, "DataLoader worker")
+        if note:
+            from mpcompat.diagnose.notes import add_note
+            add_note(exc, note)
+    except Exception:
+        pass

@@ -1,0 +1,67 @@
+"""The six functions that every pickled dict view names: safe to allowlist.
+
+A pickle that holds a dict view refers to one of these functions by its import path
+(``mpcompat.rebuild_views.rebuild_dict_keys`` ...). Their module, names and signatures are part
+of the pickle format: moving or renaming one makes every pickle written before unreadable (the
+golden pickles under ``tests/golden/`` fail loudly if that happens).
+
+This module holds these six functions and nothing else callable, so that a restricted unpickler
+(``torch.load(weights_only=True)``, a ``find_class`` allowlist) may trust every callable in it:
+each one only builds a dict view from the plain values it is given. The rebuild functions that
+can do more (import a module, run a constructor) live in :mod:`mpcompat.rebuild` and must never
+be allowlisted.
+
+Each view is rebuilt on a fresh dict of the same kind, so its type and order survive; a view
+unpickled together with its dict is no longer linked to it.
+"""
+
+__all__ = [
+    "rebuild_dict_keys",
+    "rebuild_dict_values",
+    "rebuild_dict_items",
+    "rebuild_odict_keys",
+    "rebuild_odict_values",
+    "rebuild_odict_items",
+]
+
+
+def rebuild_dict_keys(*keys):
+    """Return a ``dict_keys`` view over ``keys``, in that order."""
+    return dict.fromkeys(keys).keys()
+
+
+def rebuild_dict_values(*values):
+    """Return a ``dict_values`` view over ``values``, in that order."""
+    return dict(enumerate(values)).values()
+
+
+def rebuild_dict_items(mapping):
+    """Return a ``dict_items`` view over a plain-dict copy of ``mapping``."""
+    return dict(mapping).items()
+
+
+def rebuild_odict_keys(*keys):
+    """Return an ``odict_keys`` view over ``keys``, in that order."""
+    from collections import OrderedDict  # not a module attribute: nothing else callable here
+    return OrderedDict.fromkeys(keys).keys()
+
+
+def rebuild_odict_values(*values):
+    """Return an ``odict_values`` view over ``values``, in that order."""
+    from collections import OrderedDict
+    return OrderedDict(enumerate(values)).values()
+
+
+def rebuild_odict_items(mapping):
+    """Return an ``odict_items`` view over an ``OrderedDict`` copy of ``mapping``."""
+    from collections import OrderedDict
+    return OrderedDict(mapping).items()
+
+
+# importlib.reload() runs this file again in the same namespace: keep the function objects
+# that the registered reducers already hand out, or pickle would refuse them as "not the same
+# object". (A dict, not more module-level functions: nothing else here may be callable.)
+_KEPT = globals().get("_KEPT") or {}
+for _name in __all__:
+    globals()[_name] = _KEPT.setdefault(_name, globals()[_name])
+del _name

@@ -1,0 +1,36 @@
+"""Process targets for tests/child_failures (importable in spawn and forkserver children)."""
+import os
+import sys
+
+
+def fail_and_record(what, message="the data is gone"):
+    """Fail the way a child failing at start-up does: record the error, exit with code 3."""
+    from mpcompat import child_failures
+    from mpcompat.diagnose.notes import add_note
+    try:
+        raise ValueError(message)
+    except ValueError as exc:
+        add_note(exc, "mpcompat: the fix is to bring the data back")
+        add_note(exc, "not an mpcompat note")
+        child_failures.record(exc, what=what)
+        child_failures.record(exc, what="a second call records nothing")
+    sys.exit(3)
+
+
+class Unprintable(Exception):
+    """An exception whose str() raises."""
+
+    def __str__(self):
+        raise RuntimeError("no")
+
+
+def record_unprintable():
+    """record() of an exception that cannot be printed: never raises."""
+    from mpcompat import child_failures
+    child_failures.record(Unprintable())
+    sys.exit(4)
+
+
+def pid():
+    """This process's pid."""
+    return os.getpid()

@@ -1,0 +1,72 @@
+"""A script for the concurrent-import stress tests: ``python concurrent_imports.py SEED MODULE...``.
+
+Eight threads start together and import the given patch targets in their own random orders,
+with random small delays and a tiny switch interval (both drawn from SEED), in a fresh
+interpreter where mpcompat is active and none of them is imported yet. Prints one JSON line:
+every patch's state, applications and reason, the target modules imported, and every warning
+raised (by any thread).
+"""
+import importlib
+import json
+import random
+import sys
+import threading
+import time
+import warnings
+
+caught = []
+
+
+def _record(message, category, filename, lineno, file=None, line=None):
+    caught.append("%s: %s" % (category.__name__, message))
+
+
+warnings.showwarning = _record
+warnings.simplefilter("always")
+
+import mpcompat  # noqa: E402  (activates; no target is imported yet)
+
+
+def main(seed, targets):
+    already = sorted(t for t in targets if t in sys.modules)
+    barrier = threading.Barrier(8)
+    errors = []
+
+    def run(i):
+        rnd = random.Random(seed * 100 + i)
+        order = list(targets)
+        rnd.shuffle(order)
+        barrier.wait()
+        time.sleep(rnd.random() * 0.005)
+        try:
+            for name in order[:rnd.randint(1, len(order))]:
+                # The top-level package first: importing a submodule of a package that another
+                # thread is still initializing can deadlock inside CPython, mpcompat or not
+                # (multiprocessing and its reduction/context modules import each other).
+                importlib.import_module(name.split(".")[0])
+                importlib.import_module(name)
+        except BaseException as exc:  # reported, never swallowed
+            errors.append("%s: %r" % (i, exc))
+
+    sys.setswitchinterval(1e-6 * (1 + seed % 7))
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    sys.setswitchinterval(0.005)
+    for name in targets:
+        importlib.import_module(name)
+    rows = {p.name: [p.state, p.applications, p.reason, list(p.targets)]
+            for p in mpcompat.status().patches}
+    from mpcompat import importhook
+    # how many times each target's code ran (cv2 runs twice: its package replaces itself)
+    executions = {name: importhook._generation.get(name, 0)
+                  for row in rows.values() for name in row[3]}
+    print(json.dumps({"rows": rows, "warnings": caught, "errors": errors,
+                      "imported_before": already, "modules": sorted(sys.modules),
+                      "executions": executions}))
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), sys.argv[2:])

@@ -1,0 +1,330 @@
+"""Patch ``multiprocessing.pool_workers``: a Pool whose workers die starting up fails fast with
+their error (BrokenPool); workers that die after working are still replaced; ThreadPool is not
+touched. Standard library only (3.8-3.13).
+
+Every scenario that could hang runs as a script in a child interpreter bounded by a timeout;
+"before" runs the same script with the patch disabled (``MPCOMPAT_DISABLED_PATCHES``), where the
+Pool keeps starting workers that fail, and the script's own wait for the result times out.
+"""
+import multiprocessing
+import multiprocessing.pool
+import pickle
+
+import pytest
+
+import mpcompat
+from pool_workers_helpers import flat, run_script
+
+PATCH = "multiprocessing.pool_workers"
+METHODS = ["fork", "spawn", "forkserver"]
+DISABLED = {"MPCOMPAT_DISABLED_PATCHES": PATCH}
+
+INIT = '''\
+import multiprocessing, sys, time
+import mpcompat
+from pool_workers_helpers import double, open_db, outcome, report
+
+if __name__ == "__main__":
+    method, wait, missing = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+    start = time.time()
+    data = {}
+    with multiprocessing.get_context(method).Pool(2, initializer=open_db,
+                                                  initargs=(missing,)) as pool:
+        data["map"] = outcome(lambda: pool.map_async(double, range(10)).get(wait))
+        data["seconds"] = time.time() - start
+        if data["map"]["type"] == "BrokenPool":
+            data["apply"] = outcome(lambda: pool.apply_async(double, (1,)).get(wait))
+            data["imap"] = outcome(lambda: list(pool.imap(double, range(5))))
+    report(data)
+'''
+
+
+def worker_tracebacks(stderr, error):
+    """How many tracebacks of workers that failed with ``error`` the output holds."""
+    return sum(1 for line in stderr.splitlines() if line.startswith(error))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_initializer_error_fails_fast_with_the_cause(method, tmp_path):
+    missing = str(tmp_path / "no-such-dir" / "lookup.sqlite")
+    data, proc = run_script(tmp_path, INIT, method, 60, missing, timeout=120)
+    assert data is not None and proc.returncode == 0, proc.stderr[-3000:]
+    result = data["map"]
+    assert result["type"] == "BrokenPool" and result["runtime_error"], result
+    text = flat(result["text"])
+    assert "worker processes of this Pool exited with an error in a row (exit code 1), " \
+        "with no task done in between" in text
+    assert "The Pool starts no new workers, and its pending and new tasks fail with this " \
+        "error." in text
+    error = "FileNotFoundError: [Errno 2] No such file or directory: %r" % missing
+    assert "mpcompat: Pool worker (pid " in text and "failed while starting: " + error in text
+    assert "(while running the Pool's initializer open_db())" in text
+    assert text.count("FileNotFoundError") == 1  # the cause once, at the end
+    assert text.index("exited with an error") < text.index(error)
+    assert data["seconds"] < 30
+    # tasks sent after the pool broke fail the same way, and the with block ends the program
+    assert data["apply"]["type"] == data["imap"]["type"] == "BrokenPool"
+    assert worker_tracebacks(proc.stderr, "FileNotFoundError") <= 8
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_initializer_error_respawns_forever_without_the_patch(method, tmp_path):
+    missing = str(tmp_path / "no-such-dir" / "lookup.sqlite")
+    data, proc = run_script(tmp_path, INIT, method, 5, missing, timeout=120, **DISABLED)
+    assert data is not None, proc.stderr[-3000:]
+    assert data["map"]["type"] == "TimeoutError"
+    assert worker_tracebacks(proc.stderr, "FileNotFoundError") >= 6
+
+
+LATE = '''\
+import multiprocessing, sys
+from pool_workers_helpers import double, open_db, outcome, report
+
+if __name__ == "__main__":
+    import mpcompat  # only here: the spawn workers run without mpcompat
+    with multiprocessing.get_context("spawn").Pool(2, initializer=open_db,
+                                                   initargs=(sys.argv[1],)) as pool:
+        data = {"map": outcome(lambda: pool.map_async(double, range(10)).get(60))}
+    report(data)
+'''
+
+
+def test_workers_without_mpcompat_leave_the_exit_codes(tmp_path):
+    data, proc = run_script(tmp_path, LATE, str(tmp_path / "missing.db"), timeout=120)
+    assert data is not None and proc.returncode == 0, proc.stderr[-3000:]
+    assert data["map"]["type"] == "BrokenPool"
+    text = flat(data["map"]["text"])
+    assert "exited with an error in a row (exit code 1)" in text
+    assert "mpcompat: the workers left no record of their error (is mpcompat active in them?); " \
+        "each printed it on its standard error, above." in text
+    assert "FileNotFoundError" in proc.stderr
+
+
+NO_GUARD = '''\
+import multiprocessing, sys
+import mpcompat
+from pool_workers_helpers import double, outcome, report
+
+pool = multiprocessing.get_context(sys.argv[1]).Pool(2)
+data = {"map": outcome(lambda: pool.map_async(double, range(10)).get(float(sys.argv[2])))}
+pool.terminate()
+pool.join()
+report(data)
+'''
+BOOTSTRAP = "An attempt has been made to start a new process before the current process has " \
+    "finished its bootstrapping phase."
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_missing_main_guard_fails_fast_with_the_fix(method, tmp_path):
+    data, proc = run_script(tmp_path, NO_GUARD, method, 60, timeout=120)
+    assert data is not None and proc.returncode == 0, proc.stderr[-3000:]
+    assert data["map"]["type"] == "BrokenPool"
+    text = flat(data["map"]["text"])
+    assert "failed while starting: RuntimeError: " + BOOTSTRAP in text
+    assert "scenario.py, line 5 starts a new process" in text
+    assert 'if __name__ == "__main__": pool = multiprocessing.get_context(sys.argv[1]).Pool(2)' \
+        in text
+    assert text.count(BOOTSTRAP) == 1
+    assert 1 <= flat(proc.stderr).count(BOOTSTRAP) <= 8
+
+
+def test_missing_main_guard_respawns_forever_without_the_patch(tmp_path):
+    data, proc = run_script(tmp_path, NO_GUARD, "spawn", 5, timeout=120, **DISABLED)
+    assert data is not None, proc.stderr[-3000:]
+    assert data["map"]["type"] == "TimeoutError"
+    assert flat(proc.stderr).count(BOOTSTRAP) >= 4
+
+
+GUARDED_TASK = '''\
+import multiprocessing, sys
+import mpcompat
+from pool_workers_helpers import outcome, report
+
+if __name__ == "__main__":
+    def triple(x):
+        return 3 * x
+
+    with multiprocessing.get_context(sys.argv[1]).Pool(2) as pool:
+        data = {"map": outcome(lambda: pool.map_async(triple, range(10)).get(float(sys.argv[2])))}
+    report(data)
+'''
+
+
+def test_task_the_workers_cannot_unpickle(tmp_path):
+    data, proc = run_script(tmp_path, GUARDED_TASK, "spawn", 60, timeout=120)
+    assert data is not None and proc.returncode == 0, proc.stderr[-3000:]
+    assert data["map"]["type"] == "BrokenPool"
+    text = flat(data["map"]["text"])
+    assert "failed while starting: AttributeError: Can't get attribute 'triple' on <module " \
+        "'__mp_main__'" in text
+    assert "(while unpickling a task its parent sent)" in text
+    assert 'function triple is defined inside `if __name__ == "__main__":`' in text
+    before, proc = run_script(tmp_path, GUARDED_TASK, "spawn", 5, timeout=120, **DISABLED)
+    assert before is not None, proc.stderr[-3000:]
+    assert before["map"]["type"] == "TimeoutError"
+
+
+LIFECYCLE = '''\
+import multiprocessing, sys
+import mpcompat
+from pool_workers_helpers import add, double, is_broken, open_db, outcome, report, wait_for
+
+if __name__ == "__main__":
+    pool = multiprocessing.get_context(sys.argv[1]).Pool(2, initializer=open_db,
+                                                         initargs=(sys.argv[2],))
+    wait_for(lambda: is_broken(pool), 60)  # broken while nothing was asked of it
+    errors = []
+    data = {
+        "apply_async": outcome(lambda: pool.apply_async(
+            add, (1, 2), error_callback=errors.append).get(30)),
+        "starmap": outcome(lambda: pool.starmap(add, [(1, 2)] * 5)),
+        "imap_unordered": outcome(lambda: list(pool.imap_unordered(double, range(20), 3))),
+        "many": outcome(lambda: pool.map(double, range(5000), chunksize=1)),
+    }
+    data["error_callback"] = [type(e).__name__ for e in errors]
+    pool.close()
+    pool.join()
+    data["joined"] = True
+    report(data)
+'''
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_broken_pool_fails_every_task_and_closes(method, tmp_path):
+    missing = str(tmp_path / "missing.db")
+    data, proc = run_script(tmp_path, LIFECYCLE, method, missing, timeout=120)
+    assert data is not None and proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("apply_async", "starmap", "imap_unordered", "many"):
+        assert data[name]["type"] == "BrokenPool", (name, data[name])
+    assert data["error_callback"] == ["BrokenPool"]
+    assert data["joined"]
+
+
+RESPAWN = '''\
+import multiprocessing, os, signal, sys
+import mpcompat
+from pool_workers_helpers import double, is_broken, outcome, report, wait_for, worker_pids
+
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context(sys.argv[1])
+    data = {}
+    if sys.argv[1] == "fork":
+        with ctx.Pool(2, maxtasksperchild=1) as pool:  # every worker exits (code 0) and is replaced
+            data["maxtasks"] = outcome(lambda: pool.map(double, range(12), chunksize=1))
+            data["maxtasks_broken"] = is_broken(pool)
+    pool = ctx.Pool(2)
+    data["first"] = outcome(lambda: pool.map(double, range(4)))
+    killed = []
+    for _ in range(5):
+        pid = worker_pids(pool)[0]
+        os.kill(pid, signal.SIGKILL)  # as the OOM killer does
+        killed.append(pid)
+        wait_for(lambda: pid not in worker_pids(pool) and len(worker_pids(pool)) == 2, 60)
+    data["replaced"] = not set(killed) & set(worker_pids(pool))
+    data["broken"] = is_broken(pool)
+    report(data)
+    # An idle worker waits for a task holding the task queue's lock; killed, it never releases
+    # it, and Pool.terminate() would wait for that lock for ever (as without mpcompat).
+    for pid in worker_pids(pool):
+        os.kill(pid, signal.SIGKILL)
+    os._exit(0)
+'''
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_workers_that_die_after_working_are_replaced(method, tmp_path):
+    data, proc = run_script(tmp_path, RESPAWN, method, timeout=180)
+    assert data is not None and proc.returncode == 0, proc.stderr[-3000:]
+    if method == "fork":
+        assert data["maxtasks"]["value"] == repr([2 * x for x in range(12)])
+        assert not data["maxtasks_broken"]
+    assert data["first"]["value"] == repr([0, 2, 4, 6])
+    assert data["replaced"] and not data["broken"]
+
+
+PARTLY = '''\
+import multiprocessing, sys
+import mpcompat
+from pool_workers_helpers import outcome, report, sleep_then_double, take_slot
+
+if __name__ == "__main__":
+    with multiprocessing.get_context("fork").Pool(2, initializer=take_slot,
+                                                  initargs=(sys.argv[1],)) as pool:
+        data = {"map": outcome(lambda: pool.map_async(sleep_then_double, [1.5]).get(60))}
+    report(data)
+'''
+
+
+def test_pool_with_one_working_worker_keeps_working(tmp_path):
+    """One worker starts well and works on a long task while the other keeps failing: the
+    pool is not broken (the working one outlives the failures)."""
+    data, proc = run_script(tmp_path, PARTLY, str(tmp_path / "slot"), timeout=120)
+    assert data is not None and proc.returncode == 0, proc.stderr[-3000:]
+    assert data["map"] == {"type": "ok", "value": "[3.0]", "text": "", "runtime_error": False}
+    assert worker_tracebacks(proc.stderr, "FileExistsError") >= 3
+
+
+THREADS = '''\
+import multiprocessing.pool
+import mpcompat
+from pool_workers_helpers import double, open_db, outcome, report
+
+if __name__ == "__main__":
+    with multiprocessing.pool.ThreadPool(2) as pool:
+        data = {"map": outcome(lambda: pool.map(double, range(10)))}
+    pool = multiprocessing.pool.ThreadPool(2, initializer=open_db, initargs=("/no/such/file",))
+    data["failing"] = outcome(lambda: pool.map_async(double, range(4)).get(3))
+    pool.terminate()
+    pool.join()
+    report(data)
+'''
+
+
+def test_thread_pool_is_not_touched(tmp_path):
+    before, proc = run_script(tmp_path, THREADS, timeout=120, **DISABLED)
+    assert before is not None and proc.returncode == 0, proc.stderr[-3000:]
+    after, proc = run_script(tmp_path, THREADS, timeout=120)
+    assert after is not None and proc.returncode == 0, proc.stderr[-3000:]
+    assert after["map"]["value"] == before["map"]["value"] == repr([2 * x for x in range(10)])
+    # threads whose initializer raises: the results never come, as without the patch
+    assert after["failing"]["type"] == before["failing"]["type"] == "TimeoutError"
+    assert "BrokenPool" not in proc.stderr and proc.stderr.count("FileNotFoundError") >= 2
+
+
+def test_patch_is_declared_applied_and_reversible(restore_mpcompat):
+    pool_module = multiprocessing.pool
+    Pool = pool_module.Pool
+    mpcompat.activate()
+    states = {p.name: p.state for p in mpcompat.status().patches}
+    assert states[PATCH] == "applied"
+    worker = pool_module.worker
+    handle, maintain = Pool.__dict__["_handle_workers"], Pool.__dict__["_maintain_pool"]
+    init = pool_module.MaybeEncodingError.__dict__["__init__"]
+    originals = (worker.__wrapped__, handle.__func__._mpcompat_original,
+                 maintain.__func__._mpcompat_original, init.__wrapped__)
+    # the Process target pickles by reference, to the function bound at the module attribute
+    assert (worker.__module__, worker.__qualname__) == ("multiprocessing.pool", "worker")
+    assert pickle.loads(pickle.dumps(worker)) is worker
+    mpcompat.deactivate()
+    assert pool_module.worker is originals[0]
+    assert Pool.__dict__["_handle_workers"] is originals[1]
+    assert Pool.__dict__["_maintain_pool"] is originals[2]
+    assert pool_module.MaybeEncodingError.__dict__["__init__"] is originals[3]
+    mpcompat.activate(disabled_patches=[PATCH])
+    assert pool_module.worker is originals[0]
+    assert {p.name: p.state for p in mpcompat.status().patches}[PATCH] == "disabled"
+    mpcompat.activate()
+    assert pool_module.worker.__wrapped__ is originals[0]
+    assert Pool.__dict__["_maintain_pool"].__func__._mpcompat_original is originals[2]
+    with multiprocessing.get_context("fork").Pool(1) as pool:  # still a working Pool
+        assert pool.map(abs, [-1, -2]) == [1, 2]
+
+
+def test_broken_pool_error_type():
+    from mpcompat.patches.mp_pool_workers import BrokenPool
+    exc = BrokenPool("2 worker processes ...", [11, 12], [1, 1])
+    assert isinstance(exc, RuntimeError)
+    copy = pickle.loads(pickle.dumps(exc))
+    assert type(copy) is BrokenPool and copy.args == exc.args
+    assert (copy.pids, copy.exitcodes) == ([11, 12], [1, 1])

@@ -1,0 +1,159 @@
+"""Functions for the tests of ``tests/pool_workers`` (patch ``multiprocessing.pool_workers`` and
+the notes on results): the tasks and initializers the Pools run (importable by name in spawn
+and forkserver children), and the test side's helpers that run scenario scripts.
+
+Keep this module importable without pytest, torch or numpy: children import it.
+"""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+RESULT = "RESULT "
+
+
+# --- run in the workers ------------------------------------------------------------------------
+
+def open_db(path):
+    """An initializer that fails when ``path`` does not exist (FileNotFoundError)."""
+    with open(path, "rb"):
+        pass
+
+
+def take_slot(path):
+    """An initializer that only the first worker passes: it creates ``path``; the others fail
+    with FileExistsError while it exists."""
+    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+
+
+def double(x):
+    """A task."""
+    return 2 * x
+
+
+def add(a, b):
+    """A task for starmap."""
+    return a + b
+
+
+def sleep_then_double(seconds):
+    """A task that takes ``seconds``."""
+    time.sleep(seconds)
+    return 2 * seconds
+
+
+def result_with_lock(x):
+    """A task whose result cannot be pickled: result['lock']."""
+    return {"value": x, "lock": threading.Lock()}
+
+
+class ErrorWithLock(Exception):
+    """An exception that cannot be pickled: exception.lock."""
+
+    def __init__(self, message):
+        Exception.__init__(self, message)
+        self.lock = threading.Lock()
+
+
+def raise_with_lock(x):
+    """A task that raises an exception that cannot be pickled."""
+    raise ErrorWithLock("task %r failed" % (x,))
+
+
+# --- run in the scenario scripts' main process ----------------------------------------------------
+
+def outcome(call):
+    """Run ``call()``; return a JSON-able dict: ``type`` ("ok" or the exception's class name),
+    ``value`` (repr of what it returned), ``text`` (the exception as a traceback ends with it:
+    message and notes) and ``runtime_error`` (whether it is a RuntimeError)."""
+    try:
+        value = call()
+    except BaseException as exc:
+        return {"type": type(exc).__name__, "value": None,
+                "text": "".join(traceback.format_exception_only(type(exc), exc)),
+                "runtime_error": isinstance(exc, RuntimeError)}
+    return {"type": "ok", "value": repr(value), "text": "", "runtime_error": False}
+
+
+def full_outcome(call):
+    """Like :func:`outcome`, with ``text`` the whole traceback (causes included)."""
+    try:
+        value = call()
+    except BaseException as exc:
+        return {"type": type(exc).__name__, "value": None,
+                "text": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+                "runtime_error": isinstance(exc, RuntimeError)}
+    return {"type": "ok", "value": repr(value), "text": "", "runtime_error": False}
+
+
+def worker_pids(pool):
+    """The pids of the live worker processes of ``pool``."""
+    return [p.pid for p in list(pool._pool) if p.pid is not None and p.is_alive()]
+
+
+def is_broken(pool):
+    """Whether mpcompat declared ``pool`` broken (its workers are replaced by a stand-in)."""
+    return any(type(p).__name__ == "_StandIn" for p in list(pool._pool))
+
+
+def wait_for(condition, timeout):
+    """Poll ``condition()`` until it is true; raise AssertionError after ``timeout`` s."""
+    deadline = time.time() + timeout
+    while not condition():
+        if time.time() > deadline:
+            raise AssertionError("timed out waiting for %r" % (condition,))
+        time.sleep(0.02)
+
+
+def report(data):
+    """Print the scenario's report for the test to read."""
+    print(RESULT + json.dumps(data), flush=True)
+
+
+# --- the test side -----------------------------------------------------------------------------
+
+def run_script(tmp_path, source, *args, **kwargs):
+    """Write ``source`` to ``tmp_path/scenario.py`` and run it with this interpreter, in
+    ``tmp_path``. kwargs: ``timeout`` (s, default 120) and environment overrides for
+    ``testenv.child_env``. Returns ``(report or None, CompletedProcess)``."""
+    from testenv import child_env
+    timeout = kwargs.pop("timeout", 120)
+    script = os.path.join(str(tmp_path), "scenario.py")
+    with open(script, "w") as fh:
+        fh.write(source)
+    # In a session of its own, so that a timeout kills its workers too.
+    child = subprocess.Popen([sys.executable, script] + [str(a) for a in args],
+                             env=child_env(**kwargs), cwd=str(tmp_path), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, universal_newlines=True,
+                             start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(child)
+        raise
+    finally:
+        if child.poll() is None:
+            _kill_group(child)
+    _kill_group(child, leftovers_only=True)
+    proc = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
+    lines = [line for line in stdout.splitlines() if line.startswith(RESULT)]
+    return (json.loads(lines[-1][len(RESULT):]) if lines else None), proc
+
+
+def _kill_group(child, leftovers_only=False):
+    """Kill the process group of ``child`` (its workers included); wait for ``child``."""
+    import signal
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except OSError:
+        pass  # the group is gone already
+    if not leftovers_only:
+        child.communicate()
+
+
+def flat(text):
+    """``text`` with all whitespace runs made single spaces (reports wrap long lines)."""
+    return " ".join(text.split())

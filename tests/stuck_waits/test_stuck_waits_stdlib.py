@@ -1,0 +1,443 @@
+"""MPCOMPAT_HANG_DUMP with the standard library: a ThreadPool result, Pool results (fork, spawn,
+forkserver workers blocked on a lock), concurrent.futures futures (ProcessPoolExecutor worker
+blocked) waited for too long dump the stacks of the waiting process and of its workers, again
+after twice as long, and kill nothing (Python 3.8, 3.11 and 3.13; no torch).
+
+Each scenario is a real script in a child process, run in its own session and released through
+stdin once its dumps are there; the stuck scenarios run side by side (module fixture), with
+MPCOMPAT_HANG_DUMP=1 and, for two of them, without it (the "before").
+"""
+import json
+import math
+import sys
+import textwrap
+
+import pytest
+
+import stuck_waits_helpers as h
+from mpcompat.launcher import command_env
+from testenv import child_env
+
+WAITS = "# <-- waits"
+STUCK = "# <-- stuck"
+
+THREADPOOL = textwrap.dedent('''
+    import threading
+    from multiprocessing.pool import ThreadPool
+    from stuck_waits_helpers import release_on_stdin
+
+    gate = threading.Event()
+
+
+    def blocked():
+        gate.wait()  # <-- stuck
+        return "released"
+
+
+    if __name__ == "__main__":
+        release_on_stdin(gate.set)
+        with ThreadPool(2) as pool:
+            result = pool.apply_async(blocked)
+            print(result.get())  # <-- waits
+''')
+
+POOL = textwrap.dedent('''
+    import multiprocessing
+    import sys
+    from stuck_waits_helpers import release_on_stdin
+
+
+    def init(lock):
+        global LOCK
+        LOCK = lock
+
+
+    def work(x):
+        LOCK.acquire()  # <-- stuck
+        LOCK.release()
+        return x * 2
+
+
+    if __name__ == "__main__":
+        ctx = multiprocessing.get_context(sys.argv[1])
+        lock = ctx.Lock()
+        lock.acquire()
+        release_on_stdin(lock.release)
+        with ctx.Pool(2, init, (lock,)) as pool:
+            run = pool.map if sys.argv[2] == "map" else lambda f, xs: list(pool.imap(f, xs))
+            print(run(work, range(4)))  # <-- waits
+''')
+
+FUTURES = textwrap.dedent('''
+    import concurrent.futures as cf
+    import multiprocessing
+    import sys
+    from stuck_waits_helpers import release_on_stdin
+
+
+    def init(event):
+        global EVENT
+        EVENT = event
+
+
+    def work(x):
+        EVENT.wait()  # <-- stuck
+        return x + 1
+
+
+    def outcome(futures, how):
+        if how == "result":
+            return futures[0].result()
+        if how == "wait":
+            return len(cf.wait(futures).done)
+        return [f.result() for f in cf.as_completed(futures)]
+
+
+    if __name__ == "__main__":
+        ctx = multiprocessing.get_context("fork")
+        event = ctx.Event()
+        release_on_stdin(event.set)
+        with cf.ProcessPoolExecutor(1, mp_context=ctx, initializer=init,
+                                    initargs=(event,)) as ex:
+            print(outcome([ex.submit(work, 1)], sys.argv[1]))  # <-- waits
+''')
+
+FORKED = textwrap.dedent('''
+    import multiprocessing
+    import os
+    import time
+    from multiprocessing.pool import ThreadPool
+    from stuck_waits_helpers import release_on_stdin
+
+    ctx = multiprocessing.get_context("fork")
+    gate = ctx.Event()
+
+
+    def blocked():
+        gate.wait()  # <-- stuck
+        return "released"
+
+
+    def child():
+        with ThreadPool(1) as pool:
+            print("child", os.getpid(), pool.apply_async(blocked).get(), flush=True)  # <-- waits
+
+
+    if __name__ == "__main__":
+        print("parent", os.getpid(), flush=True)
+        release_on_stdin(gate.set)
+        with ThreadPool(1) as pool:
+            pool.apply_async(time.sleep, (0.2,)).get()  # the parent's watchdog runs from here
+        process = ctx.Process(target=child)
+        process.start()
+        process.join()
+        print("exit code", process.exitcode)
+''')
+
+PROGRESS = textwrap.dedent('''
+    import concurrent.futures as cf
+    import multiprocessing
+    import threading
+    import time
+
+
+    def slow(x):
+        time.sleep(0.2)
+        return x
+
+
+    if __name__ == "__main__":
+        items = list(range(12))  # 2 workers: 1.2 s in all, a result every 0.2 s
+        with multiprocessing.get_context("fork").Pool(2) as pool:
+            assert pool.map(slow, items, chunksize=1) == items
+            assert list(pool.imap(slow, items)) == items
+        with cf.ThreadPoolExecutor(2) as ex:
+            assert len(cf.wait([ex.submit(slow, x) for x in items]).done) == 12
+            assert sorted(f.result() for f in cf.as_completed(
+                [ex.submit(slow, x) for x in items])) == items
+            assert list(ex.map(slow, items)) == items
+            # a long wait in a thread other than the main one is not watched
+            waiter = threading.Thread(target=lambda: ex.submit(time.sleep, 1.6).result())
+            waiter.start()
+            waiter.join()
+        print("done")
+''')
+
+STATUS = textwrap.dedent('''
+    import json
+    import concurrent.futures
+    import concurrent.futures._base as base
+    import multiprocessing.pool as pool
+    import os
+    import signal
+    import mpcompat
+
+    NAMES = ("multiprocessing.stuck_waits", "concurrent_futures.stuck_waits")
+
+
+    def caught():
+        with open("/proc/%d/status" % os.getpid()) as f:
+            line = [l for l in f if l.startswith("SigCgt:")][0]
+        return bool(int(line.split()[1], 16) >> (signal.SIGURG - 1) & 1)
+
+
+    def functions():
+        return {"wait": pool.ApplyResult.wait, "next": pool.IMapIterator.next,
+                "__next__": pool.IMapIterator.__next__, "result": base.Future.result,
+                "exception": base.Future.exception, "cf.wait": base.wait,
+                "as_completed": base.as_completed, "package.wait": concurrent.futures.wait,
+                "package.as_completed": concurrent.futures.as_completed}
+
+
+    def report():
+        states = {p.name: [p.state, p.reason] for p in mpcompat.status().patches
+                  if p.name in NAMES}
+        funcs = functions()
+        return {"states": states, "handler": caught(),
+                "stdlib": sorted(k for k, f in funcs.items()
+                                 if f.__module__ in ("multiprocessing.pool",
+                                                     "concurrent.futures._base")
+                                 and not hasattr(f, "__wrapped__"))}
+
+
+    before = functions()
+    out = {"on": report()}
+    mpcompat.deactivate()
+    out["off"] = report()
+    out["restored"] = sorted(k for k, f in functions().items()
+                             if f is getattr(before[k], "__wrapped__", before[k]))
+    mpcompat.activate()
+    out["again"] = report()
+    print(json.dumps(out))
+''')
+
+ALL = sorted(["wait", "next", "__next__", "result", "exception", "cf.wait", "as_completed",
+              "package.wait", "package.as_completed"])
+
+# name -> (script, args, MPCOMPAT_HANG_DUMP or None, worker label or None)
+SCENARIOS = {
+    "threadpool": (THREADPOOL, (), "1", None),
+    "threadpool-before": (THREADPOOL, (), None, None),
+    "pool-fork-map": (POOL, ("fork", "map"), "1", "(Pool worker ForkPoolWorker-"),
+    "pool-spawn-map": (POOL, ("spawn", "map"), "1", "(Pool worker SpawnPoolWorker-"),
+    "pool-spawn-before": (POOL, ("spawn", "map"), None, None),
+    "pool-forkserver-imap": (POOL, ("forkserver", "imap"), "1",
+                             "(Pool worker ForkServerPoolWorker-"),
+    "future-result": (FUTURES, ("result",), "1", "(ForkProcess-"),
+    "futures-wait": (FUTURES, ("wait",), "1", "(ForkProcess-"),
+    "futures-as_completed": (FUTURES, ("as_completed",), "1", "(ForkProcess-"),
+    "forked-child": (FORKED, (), "1", None),
+}
+
+
+def scenario_env(hang_dump):
+    """A child environment where mpcompat activates in every process (as ``mpcompat run``
+    makes it), with MPCOMPAT_HANG_DUMP set to ``hang_dump`` (None: unset)."""
+    return command_env(child_env(MPCOMPAT_HANG_DUMP=hang_dump, MPCOMPAT_WARNED=None))
+
+
+def ready_for(script_path, worker_label, count=2):
+    """The test's condition to release a stuck script: ``count`` complete dumps, the last of
+    which shows every worker's stuck line (when the waiting process has worker processes)."""
+    stuck = h.line_of(script_path, STUCK)
+
+    def ready(err):
+        done = h.complete_dumps(err)
+        found = h.dumps(err)
+        if len(done) < count or not found:
+            return False
+        if worker_label is None:
+            return True
+        last = [d for d in found if d[0] in done][-1][4]
+        parts = last.count(worker_label)
+        return parts >= 1 and last.count("line %d in " % stuck) >= parts
+    return ready
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Run every stuck scenario side by side; {name: (met, rc, stdout, stderr, script)}."""
+    root = tmp_path_factory.mktemp("stuck")
+    started = {}
+    for name, (text, args, hang_dump, label) in SCENARIOS.items():
+        path = root / (name.replace("-", "_") + ".py")
+        path.write_text(text)
+        started[name] = (h.Scenario(sys.executable, str(path), args, env=scenario_env(hang_dump),
+                                    cwd=str(root)), str(path))
+    results = {}
+    try:
+        for name, (scenario, path) in started.items():
+            hang_dump, label = SCENARIOS[name][2], SCENARIOS[name][3]
+            if hang_dump is None:
+                met = scenario.release_when(None, limit=2.5)  # dumps would have come by now
+            elif name == "forked-child":
+                met = scenario.release_when(_forked_ready(scenario, path), limit=60)
+            else:  # the ThreadPool one waits for a third dump: doubling, not every SECONDS
+                count = 3 if name == "threadpool" else 2
+                met = scenario.release_when(ready_for(path, label, count), limit=60)
+            results[name] = (met,) + scenario.finish(timeout=60) + (path,)
+    finally:
+        for scenario, _ in started.values():
+            scenario.kill()
+    return results
+
+
+def _forked_ready(scenario, path):
+    def ready(err):
+        lines = scenario.stdout.split()
+        if "parent" not in lines:
+            return False
+        parent = int(lines[lines.index("parent") + 1])
+        child = [d for d in h.dumps(err) if d[1] != parent]
+        return len(child) >= 2 and len(h.complete_dumps(err)) >= 2
+    return ready
+
+
+def check_dumps(result, what, worker_label=None, workers=0):
+    """The common checks of a stuck scenario; return its dumps."""
+    met, rc, out, err, path = result
+    assert met, err
+    assert rc == 0, err  # released, it finished: nothing was killed
+    done = h.complete_dumps(err)  # one still being written at the release is left out
+    dumps = [d for d in h.dumps(err) if d[0] in done]
+    assert len(dumps) >= 2, err
+    waits, stuck = h.line_of(path, WAITS), h.line_of(path, STUCK)
+    for i, (number, pid, waited, described, section) in enumerate(dumps):
+        assert number == i + 1
+        assert what in described, described
+        # backoff: dump n comes after 2**(n-1) * SECONDS without progress, never sooner
+        assert waited >= 2 ** i * 1.0 - 0.05, [d[:3] for d in dumps]
+        since = h.SINCE.search(section)
+        assert since and since.group(1) == "1", section[:600]
+        after = float(since.group(2))  # the next threshold: a power of two above this wait
+        assert after >= 2 ** (i + 1) and after > waited and math.log2(after).is_integer()
+        stack = h.waiting_stack(section)
+        assert 'File "%s", line %d, in ' % (path, waits) in stack, stack
+        assert WAITS in stack, stack
+        assert "end of hang dump %d of process %d" % (number, pid) in section
+    # no flood: the dumps are as many as the doublings that fit in the wait
+    longest = dumps[-1][2]
+    assert len(dumps) <= int(math.log2(longest)) + 1, [d[:3] for d in dumps]
+    last = dumps[-1][4]
+    if worker_label is not None:
+        # one header per worker, then what the worker wrote: its stack, stuck on the line
+        assert last.count(worker_label) == workers, last
+        assert last.count("its threads as it writes them") == workers, last
+        assert last.count("(most recent call first):") >= workers, last
+        assert last.count('line %d in ' % stuck) >= workers, last
+        first = h.worker_part(last, worker_label)
+        assert 'line %d in ' % stuck in first, last
+    return dumps
+
+
+def test_threadpool_result_dumps_the_waiting_and_the_worker_threads(runs):
+    dumps = check_dumps(runs["threadpool"], "a result (ApplyResult job 0 of "
+                                            "multiprocessing.pool.ThreadPool with 2 workers)")
+    assert len(dumps) >= 3 and dumps[2][2] >= 3.95, [d[:3] for d in dumps]  # after 1, 2, 4 s
+    met, rc, out, err, path = runs["threadpool"]
+    assert out.strip() == "released"
+    stuck = h.line_of(path, STUCK)
+    section = dumps[-1][4]
+    assert 'File "%s", line %d, in blocked' % (path, stuck) in section
+    assert "gate.wait()  " + STUCK in section  # the worker thread's line, with its source
+    assert "worker pid" not in err  # ThreadPool workers are threads: no process to signal
+
+
+@pytest.mark.parametrize("name, label, what", [
+    ("pool-fork-map", "(Pool worker ForkPoolWorker-", "the result of a map (MapResult job"),
+    ("pool-spawn-map", "(Pool worker SpawnPoolWorker-", "the result of a map (MapResult job"),
+    ("pool-forkserver-imap", "(Pool worker ForkServerPoolWorker-",
+     "the next result of Pool.imap (job"),
+])
+def test_pool_workers_blocked_on_a_lock_write_their_stacks(runs, name, label, what):
+    dumps = check_dumps(runs[name], what, label, workers=2)
+    assert runs[name][2].strip() == "[0, 2, 4, 6]"
+    assert "multiprocessing.pool.Pool with 2 workers" in dumps[0][3]
+    if what.startswith("the result of a map"):
+        assert dumps[0][3].endswith("; 4 chunks still to come)")
+
+
+@pytest.mark.parametrize("name, what", [
+    ("future-result", "<Future at 0x"),
+    ("futures-wait", "concurrent.futures.wait(return_when=ALL_COMPLETED) on 1 futures, 0 done"),
+    ("futures-as_completed", "the next future from concurrent.futures.as_completed (0 yielded "
+                             "so far)"),
+])
+def test_a_future_that_never_completes_dumps_the_executor_worker(runs, name, what):
+    check_dumps(runs[name], what, "(ForkProcess-", workers=1)
+    assert runs[name][2].strip() in ("2", "1", "[2]")
+
+
+def test_before_nothing_is_printed(runs):
+    for name in ("threadpool-before", "pool-spawn-before"):
+        met, rc, out, err, path = runs[name]
+        assert rc == 0 and out.strip() in ("released", "[0, 2, 4, 6]"), err
+        assert "mpcompat" not in err, err
+
+
+def test_a_forked_child_watches_its_own_waits(runs):
+    met, rc, out, err, path = runs["forked-child"]
+    assert met and rc == 0, err
+    words = out.split()
+    parent, child = int(words[words.index("parent") + 1]), int(words[words.index("child") + 1])
+    assert "exit code 0" in out
+    assert not h.dumps(err, parent), err  # Process.join is not a watched wait
+    dumps = h.dumps(err, child)
+    assert len(dumps) >= 2 and dumps[0][0] == 1, err  # the child counts its own dumps
+    assert "ThreadPool with 1 workers" in dumps[0][3]
+    assert STUCK in dumps[-1][4] and WAITS in h.waiting_stack(dumps[-1][4])
+
+
+def test_progress_resets_the_clock_and_other_threads_are_not_watched(tmp_path):
+    path = tmp_path / "progress.py"
+    path.write_text(PROGRESS)
+    scenario = h.Scenario(sys.executable, str(path), env=scenario_env("1"), cwd=str(tmp_path))
+    try:
+        rc, out, err = scenario.finish(timeout=120)
+    finally:
+        scenario.kill()
+    assert rc == 0 and out.strip() == "done", err
+    assert "hang dump" not in err, err
+
+
+def run_status(hang_dump):
+    import subprocess
+    env = child_env(MPCOMPAT_HANG_DUMP=hang_dump, MPCOMPAT_WARNED=None)
+    proc = subprocess.run([sys.executable, "-c", STATUS], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), proc.stderr
+
+
+def test_unset_the_patches_are_not_needed_and_wrap_nothing():
+    out, err = run_status(None)
+    for when in ("on", "off", "again"):
+        assert out[when]["stdlib"] == ALL and not out[when]["handler"]
+    for state, reason in out["on"]["states"].values():
+        assert (state, reason) == ("not needed", "MPCOMPAT_HANG_DUMP is not set")
+    assert "mpcompat" not in err
+
+
+def test_set_the_patches_apply_and_revert_to_the_originals():
+    out, err = run_status("1")
+    assert out["on"]["stdlib"] == [] and out["on"]["handler"]
+    assert all(s == ["applied", "on " + t] for s, t in zip(
+        [out["on"]["states"][n] for n in sorted(out["on"]["states"])],
+        ["concurrent.futures._base", "multiprocessing.pool, multiprocessing.process"]))
+    assert out["off"]["stdlib"] == ALL and out["restored"] == ALL
+    assert not out["off"]["handler"]  # SIGURG is back to its default (ignored)
+    assert out["again"]["stdlib"] == [] and out["again"]["handler"]
+    assert "mpcompat" not in err
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-3", "inf"])
+def test_a_bad_value_warns_once_and_stays_off(value):
+    out, err = run_status(value)
+    assert out["on"]["stdlib"] == ALL and not out["on"]["handler"]
+    for state, reason in out["on"]["states"].values():
+        assert state == "not needed"
+        assert reason == "MPCOMPAT_HANG_DUMP=%r is not a positive number" % value
+    warnings = [l for l in err.splitlines() if "MpcompatWarning" in l]
+    assert len(warnings) == 1, err
+    assert ("MPCOMPAT_HANG_DUMP=%r is not a number of seconds: expected a positive number, "
+            "e.g. MPCOMPAT_HANG_DUMP=300" % value) in warnings[0]
