@@ -37,14 +37,16 @@ def warn_once(message, key=None):
 
 
 def _user_frame():
-    """Where the user's code called into what led here: the first frame outside mpcompat and
-    the import system."""
+    """Where the user's code called into what led here: the first frame outside mpcompat, its
+    start-up hook and the import system; at interpreter start, none."""
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
+        name = frame.f_globals.get("__name__")
         if not (filename.startswith(_PACKAGE_DIR) or filename.startswith("<frozen ")
+                or name in ("_mpcompat_bootstrap", "site", "sitecustomize")
                 or os.path.basename(os.path.dirname(filename)) == "importlib"):
             registry = frame.f_globals.setdefault("__warningregistry__", {})
-            return filename, frame.f_lineno, frame.f_globals.get("__name__", "?"), registry
+            return filename, frame.f_lineno, name or "?", registry
         frame = frame.f_back
-    return "mpcompat", 0, "mpcompat", {}
+    return "<mpcompat at interpreter start>", 0, "mpcompat", {}

@@ -284,6 +284,11 @@ def notify(module):
             _call(callback, module, name)
 
 
+def running(name):
+    """Whether module ``name``'s code is running through the hook right now (in any thread)."""
+    return bool(_running.get(name))
+
+
 def seen(name):
     """Whether a callback has been called for module ``name`` in this process."""
     return name in _called

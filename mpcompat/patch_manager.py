@@ -11,6 +11,7 @@ Concurrency: each (patch, execution of a target module's code) is applied at mos
 no lock is held while anything is imported or a patch's code runs, so threads that import
 targets at once cannot deadlock on mpcompat.
 """
+import os
 import sys
 from _thread import RLock
 
@@ -174,10 +175,21 @@ def configure(config, apply_now=True):
             _insist(_states[name])
 
 
-def on_module(module, config):
-    """A target module finished executing: apply the armed patches that target it."""
-    ensure_configured(config)
+def on_module(module, config, deferred=False):
+    """A target module finished executing: apply the armed patches that target it.
+
+    A submodule imported while its top-level package is still importing (torch's submodules,
+    during ``import torch``) is patched when that package has finished: nothing can use it
+    before, and what the patches need (wrapt, and what wrapt imports) costs a fraction then,
+    because the package has imported most of it already.
+    """
     name = module.__name__
+    top = name.split(".")[0]
+    if top != name and not deferred and importhook.running(top):
+        importhook.call_if_imported(top, lambda _top, module=module: on_module(
+            module, config, deferred=True))
+        return
+    ensure_configured(config)
     for spec in patch_table.PATCHES:
         if name in spec.targets:
             st = _states.get(spec.name)
@@ -280,6 +292,9 @@ def _try_apply(st, module):
     """Return ``(state, reason, warning or None)``: what applying ``st`` to ``module`` did."""
     if st.verdict is None:
         st.verdict = _judge_version(st) or (APPLIED, "")
+    var = st.spec.needs_env
+    if var and not os.environ.get(var, "").strip():
+        return NOT_NEEDED, "%s is not set" % var, None
     if st.verdict[0] != APPLIED:
         state, reason = st.verdict
         return state, reason, (

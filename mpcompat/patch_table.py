@@ -22,19 +22,21 @@ class PatchSpec(object):
         outside this range leaves the patch off, with one warning per process tree.
     needed: the versions that have the bug ("" for all): elsewhere the patch is "not needed",
         silently.
+    needs_env: an environment variable that turns the patch on (e.g. ``MPCOMPAT_HANG_DUMP``);
+        while it is unset the patch is "not needed" and its module is not even imported.
     default: whether activation applies it without being asked.
     impl: the module that provides apply(module) and revert(module).
     summary: one line for status().
     """
 
     __slots__ = ("name", "targets", "distributions", "supported", "needed", "default", "impl",
-                 "summary")
+                 "summary", "needs_env")
 
     def __init__(self, name, targets, distributions, supported, default, impl, summary,
-                 needed=""):
+                 needed="", needs_env=""):
         self.name, self.targets, self.distributions = name, targets, distributions
         self.supported, self.needed, self.default = supported, needed, default
-        self.impl, self.summary = impl, summary
+        self.impl, self.summary, self.needs_env = impl, summary, needs_env
 
     def __repr__(self):
         return "PatchSpec(%r)" % self.name
@@ -166,6 +168,7 @@ PATCHES = (
         targets=("multiprocessing.pool", "multiprocessing.process"),
         distributions=(),
         supported=">=3.8,<3.14",
+        needs_env="MPCOMPAT_HANG_DUMP",
         default=True,
         impl="mpcompat.patches.mp_stuck_waits",
         summary="with MPCOMPAT_HANG_DUMP=SECONDS, a Pool/ThreadPool result waited for too long "
@@ -176,6 +179,7 @@ PATCHES = (
         targets=("concurrent.futures._base",),
         distributions=(),
         supported=">=3.8,<3.14",
+        needs_env="MPCOMPAT_HANG_DUMP",
         default=True,
         impl="mpcompat.patches.futures_stuck_waits",
         summary="with MPCOMPAT_HANG_DUMP=SECONDS, a concurrent.futures future waited for too "
@@ -186,6 +190,7 @@ PATCHES = (
         targets=("torch.utils.data.dataloader", "torch.multiprocessing.spawn"),
         distributions=("torch",),
         supported=">=1.9,<2.14",
+        needs_env="MPCOMPAT_HANG_DUMP",
         default=True,
         impl="mpcompat.patches.torch_stuck_waits",
         summary="with MPCOMPAT_HANG_DUMP=SECONDS, a DataLoader batch or a spawn join waited for "

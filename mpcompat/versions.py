@@ -10,20 +10,26 @@ target, so it avoids ``importlib.metadata`` (tens of milliseconds): the package'
 next to the package, and only then the metadata machinery.
 """
 import os
-import re
 import sys
 
-_RELEASE = re.compile(r"\s*v?(\d+(?:\.\d+)*)")
-_CLAUSE = re.compile(r"\s*(>=|<=|==|!=|>|<)\s*([0-9][0-9.]*)\s*$")
+# No regular expressions here: this module loads when the first patch target is imported, in
+# processes that may never import ``re`` otherwise (3 ms).
+_OPERATORS = (">=", "<=", "==", "!=", ">", "<")
 _listings = {}  # directory -> its entries (read once per process)
 
 
 def parse(version):
     """Return the release numbers of ``version`` as a tuple of ints, or None if it has none."""
-    match = _RELEASE.match(version or "")
-    if not match:
+    text = (version or "").strip()
+    if text[:1] in ("v", "V"):
+        text = text[1:]
+    end = 0
+    while end < len(text) and (text[end].isdigit() or (
+            text[end] == "." and end + 1 < len(text) and text[end + 1].isdigit())):
+        end += 1
+    if end == 0 or not text[0].isdigit():
         return None
-    return tuple(int(part) for part in match.group(1).split("."))
+    return tuple(int(part) for part in text[:end].split("."))
 
 
 def _pad(a, b):
@@ -42,16 +48,39 @@ def in_range(version, spec):
     for clause in spec.split(","):
         if not clause.strip():
             continue
-        match = _CLAUSE.match(clause)
-        if not match:
-            raise ValueError("bad version clause %r in %r" % (clause, spec))
-        op, bound = match.group(1), tuple(int(p) for p in match.group(2).split("."))
+        op, bound = _clause(clause, spec)
         have, want = _pad(release, bound)
         ok = {">=": have >= want, "<=": have <= want, "==": have == want,
               "!=": have != want, ">": have > want, "<": have < want}[op]
         if not ok:
             return False
     return True
+
+
+def _clause(clause, spec):
+    """``">= 2.4"`` -> ``(">=", (2, 4))``; ValueError for anything else."""
+    text = clause.strip()
+    for op in _OPERATORS:
+        if text.startswith(op):
+            bound = text[len(op):].strip()
+            parts = bound.split(".")
+            if bound and all(part.isdigit() for part in parts):
+                return op, tuple(int(part) for part in parts)
+            break
+    raise ValueError("bad version clause %r in %r" % (clause, spec))
+
+
+def _normal(name):
+    """A distribution name as metadata directories spell it: ``nuscenes-devkit`` ->
+    ``nuscenes_devkit`` (lower case, runs of ``-_.`` as one ``_``)."""
+    out = []
+    for char in name.lower():
+        if char in "-_.":
+            if not out or out[-1] != "_":
+                out.append("_")
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 def python_version():
@@ -117,10 +146,10 @@ def _dist_info_version(dist, module):
             entries = _listings[package_dir] = os.listdir(package_dir)
         except OSError:
             entries = _listings[package_dir] = []
-    prefix = re.sub(r"[-_.]+", "_", dist).lower() + "-"
+    wanted = _normal(dist)
     for entry in entries:
         if entry.endswith((".dist-info", ".egg-info")) and \
-                re.sub(r"[-_.]+", "_", entry.split("-", 1)[0]).lower() + "-" == prefix:
+                _normal(entry.split("-", 1)[0]) == wanted:
             version = entry[len(entry.split("-", 1)[0]) + 1:].rsplit(".", 1)[0]
             if version.endswith("-py%d.%d" % sys.version_info[:2]):  # egg-info names
                 version = version[:-len("-py%d.%d" % sys.version_info[:2])]

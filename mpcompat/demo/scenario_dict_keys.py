@@ -6,6 +6,8 @@ its workers. This scenario builds the same shape without needing nuScenes data.
 """
 TITLE = "DataLoader(spawn) over a dataset whose config keeps class_names = class_range.keys()"
 ORDER = 10
+NEEDS = ("torch",)
+TIMEOUT = 120
 
 
 class DetectionLikeConfig(object):

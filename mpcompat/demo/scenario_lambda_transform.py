@@ -8,6 +8,8 @@ error cannot be fixed for the user, so with mpcompat ``run()`` reports the note 
 """
 TITLE = "DataLoader(spawn) over a dataset with a lambda deep inside its transform pipeline"
 ORDER = 40
+NEEDS = ("torch",)
+TIMEOUT = 120
 
 
 class Compose(object):

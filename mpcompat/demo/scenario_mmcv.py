@@ -10,6 +10,8 @@ PCAM keeps ``h5py``); this one keeps the module it parses annotations with. Both
 TITLE = ("DataLoader(spawn) over a dataset keeping an mmcv Config (modules kept before mmcv "
          "1.4.8) and a module attribute")
 ORDER = 50
+NEEDS = ("mmcv", "torch")
+TIMEOUT = 120
 
 BASE = "model = dict(type='ResNet', depth=50)\n"
 CONFIG = """import numpy as np

@@ -11,6 +11,8 @@ which only shows once the first failure is fixed. No nuScenes data is needed.
 TITLE = ("DataLoader(spawn) over a dataset keeping nuscenes config_factory('detection_cvpr_2019')"
          " and the tracking config")
 ORDER = 30
+NEEDS = ("nuscenes",)
+TIMEOUT = 120
 
 
 class NuScenesEvalDataset(object):

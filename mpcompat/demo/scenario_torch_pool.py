@@ -9,6 +9,8 @@ import os
 
 TITLE = "torch.multiprocessing.spawn(fn, args=(model,)) where model.pool = F.adaptive_max_pool2d"
 ORDER = 20
+NEEDS = ("torch",)
+TIMEOUT = 120
 
 
 def worker(rank, model, x, outdir):

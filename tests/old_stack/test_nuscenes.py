@@ -61,6 +61,19 @@ def test_detection_class_names_is_a_list_in_class_range_order():
         assert restored == cfg and restored.class_names == order, how
 
 
+def test_detection_init_is_a_wrapt_function_wrapper_with_the_original_signature():
+    import inspect
+    import wrapt
+    patched = DetectionConfig.__dict__["__init__"]
+    assert isinstance(patched, wrapt.FunctionWrapper)
+    assert patched.__wrapped__.__code__.co_filename == detection.__file__
+    assert patched.__name__ == "__init__" and patched.__doc__ == patched.__wrapped__.__doc__
+    signature = inspect.signature(DetectionConfig)
+    assert list(signature.parameters) == list(
+        inspect.signature(patched.__wrapped__).parameters)[1:]
+    assert "class_range" in signature.parameters
+
+
 def test_detection_patch_reverts_to_the_original_init_and_reapplies(restore_mpcompat):
     patched = DetectionConfig.__dict__["__init__"]
     original = patched.__wrapped__
