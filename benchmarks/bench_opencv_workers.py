@@ -1,16 +1,16 @@
 """Benchmark patch ``opencv.worker_threads``: a cv2-heavy DataLoader epoch, with vs without.
 
-Each measurement is a fresh interpreter running a DataLoader (2 workers, ``persistent_workers``)
-over 32 images of 1280x1024x3 (1.3 MP): GaussianBlur 15x15, resize up to 1920x1536 (cubic)
-and down to 640x512 (area), cvtColor to grey, per image; the workers send back one small tensor per image. One warm-up epoch starts the
-workers, then 3 epochs are timed (best kept). "with" runs with every patch on (OpenCV
-single-threaded in the workers); "without" with ``MPCOMPAT_DISABLED_PATCHES=
-opencv.worker_threads`` (OpenCV's own thread count, one thread per core, in every worker).
-fork and spawn, with and without, alternate in each round. Target: not slower (ratio <= 1.05).
+Two interpreters stay up side by side, one with every patch on (OpenCV single-threaded in the
+workers), one with ``MPCOMPAT_DISABLED_PATCHES=opencv.worker_threads`` (OpenCV's own thread
+count, one thread per core, in every worker). Each holds a DataLoader (2 persistent workers)
+over 128 images of 1280x1024x3 (1.3 MP): GaussianBlur 15x15, resize up to 1920x1536 (cubic)
+and down to 640x512 (area), cvtColor to grey, per image; the workers send back one small
+tensor per image. After a warm-up epoch each (which starts the workers), the driver asks them
+for one epoch at a time, alternating, so that a noisy machine slows both alike; the best epoch
+of each is compared. fork, then spawn. Target: not slower (ratio <= 1.05).
 Run: ``python benchmarks/bench_opencv_workers.py [--quick]`` or ``benchmarks/run.py
 opencv_workers``.
 """
-import json
 import os
 import subprocess
 import sys
@@ -26,7 +26,6 @@ from _common import Table, fmt_ms, verdict  # noqa: E402
 
 PATCH = "opencv.worker_threads"
 TARGET = 1.05
-EPOCHS = 3
 
 CHILD = r'''
 import json, sys, time
@@ -51,10 +50,10 @@ def base_image():
 
 
 class Images(data.Dataset):
-    """32 synthetic 1280x1024 colour images, each blurred, resized and turned grey."""
+    """128 synthetic 1280x1024 colour images, each blurred, resized and turned grey."""
 
     def __len__(self):
-        return 32
+        return 128
 
     def __getitem__(self, index):
         image = cv2.add(base_image(), (index * 7 % 64, index % 32, 5, 0))
@@ -66,69 +65,92 @@ class Images(data.Dataset):
 
 
 if __name__ == "__main__":
-    method, epochs = sys.argv[1], int(sys.argv[2])
     loader = data.DataLoader(Images(), batch_size=4, num_workers=2, persistent_workers=True,
-                             multiprocessing_context=method)
-    for batch in loader:  # warm-up: starts the workers
-        pass
-    times = []
-    for _ in range(epochs):
+                             multiprocessing_context=sys.argv[1])
+    for line in sys.stdin:  # one epoch per line; the first one is the warm-up
         start = time.perf_counter()
         for batch in loader:
             pass
-        times.append(time.perf_counter() - start)
-    print("TIMES " + json.dumps(times), flush=True)
+        print("EPOCH %r" % (time.perf_counter() - start), flush=True)
 '''
 
 
-def _measure(method, on, epochs):
-    """Run one child interpreter; return its best epoch time in seconds."""
-    env = dict(os.environ)
-    env.pop("MPCOMPAT_DISABLE", None)
-    env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
-    if on:
-        env.pop("MPCOMPAT_DISABLED_PATCHES", None)
-    else:
-        env["MPCOMPAT_DISABLED_PATCHES"] = PATCH
-    import tempfile
-    with tempfile.TemporaryDirectory(prefix="mpcompat-bench-") as directory:
-        path = os.path.join(directory, "epoch.py")  # a file: spawn workers import it
-        with open(path, "w") as fh:
-            fh.write(CHILD)
-        proc = subprocess.run([sys.executable, path, method, str(epochs)], env=env,
-                              cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, timeout=600)
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("TIMES ")]
-    if not lines:
-        raise RuntimeError("benchmark child failed (%s, %s): %s" % (
-            method, "with" if on else "without", proc.stderr.strip()[-2000:]))
-    return min(json.loads(lines[-1][len("TIMES "):]))
+class _Child(object):
+    """An interpreter holding a DataLoader; :meth:`epoch` runs one epoch in it."""
+
+    def __init__(self, path, method, on):
+        env = dict(os.environ)
+        env.pop("MPCOMPAT_DISABLE", None)
+        env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
+        if on:
+            env.pop("MPCOMPAT_DISABLED_PATCHES", None)
+        else:
+            env["MPCOMPAT_DISABLED_PATCHES"] = PATCH
+        self.label = "%s, %s" % (method, "with" if on else "without")
+        self.proc = subprocess.Popen([sys.executable, path, method], env=env,
+                                     cwd=os.path.dirname(path), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, universal_newlines=True)
+
+    def epoch(self):
+        """Run one epoch; return its time in seconds."""
+        self.proc.stdin.write("epoch\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line.startswith("EPOCH "):
+            raise RuntimeError("benchmark child (%s) failed: %r" % (self.label, line))
+        return float(line[len("EPOCH "):])
+
+    def close(self):
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _compare(path, method, epochs):
+    """Alternate epochs of the two interpreters; return ``{on: [seconds, ...]}``."""
+    children = {on: _Child(path, method, on) for on in (True, False)}
+    try:
+        for child in children.values():
+            child.epoch()  # warm-up: starts the workers
+        times = {True: [], False: []}
+        for round_no in range(epochs):
+            order = (True, False) if round_no % 2 == 0 else (False, True)
+            for on in order:
+                times[on].append(children[on].epoch())
+        return times
+    finally:
+        for child in children.values():
+            child.close()
 
 
 def run(quick=False):
-    """Alternate the four configurations over rounds; return a list of one Table."""
+    """Compare with and without the patch under fork and spawn; return a list of one Table."""
+    import tempfile
+
     import cv2
-    rounds = 2 if quick else 4
-    configs = [(method, on) for method in ("fork", "spawn") for on in (True, False)]
-    best = {config: [] for config in configs}
-    for round_no in range(rounds):
-        shift = round_no % len(configs)
-        for config in configs[shift:] + configs[:shift]:
-            best[config].append(_measure(config[0], config[1], EPOCHS))
+    epochs = 5 if quick else 12
     table = Table("OpenCV in DataLoader workers: a cv2-heavy epoch with vs without the patch",
                   ["start method", "without (OpenCV threads per worker: %d)" % (
                       cv2.getNumThreads(),), "with (1 thread per worker)", "ratio",
                    "target", "result"])
-    for method in ("fork", "spawn"):
-        with_, without = min(best[(method, True)]), min(best[(method, False)])
-        ratio = with_ / without
-        table.add(method, fmt_ms(without), fmt_ms(with_), "%.3f" % ratio,
-                  "<= %.2f" % TARGET, verdict(ratio <= TARGET))
+    with tempfile.TemporaryDirectory(prefix="mpcompat-bench-") as directory:
+        path = os.path.join(directory, "epoch.py")  # a file: spawn workers import it
+        with open(path, "w") as fh:
+            fh.write(CHILD)
+        for method in ("fork", "spawn"):
+            times = _compare(path, method, epochs)
+            with_, without = min(times[True]), min(times[False])
+            ratio = with_ / without
+            table.add(method, fmt_ms(without), fmt_ms(with_), "%.3f" % ratio,
+                      "<= %.2f" % TARGET, verdict(ratio <= TARGET))
     table.notes.append(
-        "one epoch: 32 images of 1280x1024x3, GaussianBlur 15x15 + 2 resizes + cvtColor each, "
-        "batch_size=4, 2 persistent workers; best epoch of %d per interpreter, best of %d "
-        "interpreters per configuration, the four configurations alternating; OpenCV %s, "
-        "%d CPUs" % (EPOCHS, rounds, cv2.__version__, os.cpu_count() or 0))
+        "one epoch: 128 images of 1280x1024x3, GaussianBlur 15x15 + 2 resizes + cvtColor each, "
+        "batch_size=4, 2 persistent workers; best of %d epochs each, with and without "
+        "alternating between two interpreters that stay up; OpenCV %s, %d CPUs"
+        % (epochs, cv2.__version__, os.cpu_count() or 0))
     return [table]
 
 

@@ -10,7 +10,7 @@ __all__ = [
     "activate", "deactivate", "is_active", "status",
     "register", "unregister", "registered", "registering", "reducer",
     "explain", "assert_picklable", "per_process",
-    "MpcompatWarning", "PatchUnavailable",
+    "MpcompatWarning", "PatchUnavailable", "BrokenPool",
 ]
 
 # Loaded on first use (PEP 562), so that activation stays cheap.
@@ -25,6 +25,7 @@ _LAZY = {
     "per_process": "mpcompat.per_process",
     "MpcompatWarning": "mpcompat.errors",
     "PatchUnavailable": "mpcompat.errors",
+    "BrokenPool": "mpcompat.errors",
 }
 
 

@@ -20,6 +20,24 @@ class PatchUnavailable(RuntimeError):
     """A patch that was asked for explicitly cannot apply (the message says why)."""
 
 
+class BrokenPool(RuntimeError):
+    """Raised by the results of a ``multiprocessing.Pool`` whose worker processes keep exiting
+    with an error before they get any task done (the ``multiprocessing.pool_workers`` patch).
+
+    ``pids`` and ``exitcodes`` are those of the workers that failed; the message ends with their
+    own error (the ``mpcompat:`` note) where they recorded it. The pool starts no new workers:
+    terminate it (or leave its ``with`` block).
+    """
+
+    def __init__(self, message, pids=(), exitcodes=()):
+        RuntimeError.__init__(self, message)
+        self.pids, self.exitcodes = list(pids), list(exitcodes)
+
+    def __reduce__(self):
+        return (type(self), (self.args[0] if self.args else "", self.pids, self.exitcodes),
+                self.__dict__)
+
+
 def warn_once(message, key=None):
     """Warn with ``message`` unless this process or an ancestor already did; return whether it
     warned. ``key`` (default: the message) decides what counts as the same warning."""
@@ -38,14 +56,17 @@ def warn_once(message, key=None):
 
 def _user_frame():
     """Where the user's code called into what led here: the first frame outside mpcompat, its
-    start-up hook and the import system; at interpreter start, none."""
+    start-up hook, the import system and modules still being imported (a library importing
+    another: the line to show is the one that imported the first); at interpreter start, none."""
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         name = frame.f_globals.get("__name__")
+        spec = frame.f_globals.get("__spec__")
         if not (filename.startswith(_PACKAGE_DIR) or filename.startswith("<frozen ")
                 or name in ("_mpcompat_bootstrap", "site", "sitecustomize")
-                or os.path.basename(os.path.dirname(filename)) == "importlib"):
+                or os.path.basename(os.path.dirname(filename)) == "importlib"
+                or getattr(spec, "_initializing", False)):
             registry = frame.f_globals.setdefault("__warningregistry__", {})
             return filename, frame.f_lineno, name or "?", registry
         frame = frame.f_back

@@ -15,7 +15,8 @@ Parts:
   after it (a 3-item list made and a list slot set: cheap enough for every batch and every
   result);
   one daemon thread per process, started at the first wait, polls that slot and the wait's
-  progress, and dumps (:func:`dump`).
+  progress every SECONDS/4 (at most 1 s), and dumps (:func:`dump`). Only the main thread's
+  waits are watched: helper threads often wait for ever by design.
 - the worker side: :func:`arm_workers` registers ``faulthandler`` on ``SIGURG`` in this
   process (``all_threads=True, chain=True``); forked children inherit it, spawn and forkserver
   children register it when the ``multiprocessing.stuck_waits`` patch applies there (on
@@ -25,7 +26,9 @@ Parts:
   it otherwise (SIGUSR1/2 and real-time signals kill by default; SIGWINCH comes with every
   terminal resize, SIGCHLD with every grandchild's exit).
 - fork safety: a forked child has no watchdog thread and is waiting for nothing; an at-fork
-  handler resets that state (the child starts its own thread at its first wait).
+  handler resets that state (the child starts its own thread at its first wait). A fork
+  waits (at most 1 s) for a dump's write to stderr to end, so that no child starts with
+  stderr's buffer locked by the watchdog thread it does not have.
 """
 import os
 import sys
@@ -38,14 +41,17 @@ _monotonic = time.monotonic
 
 # The main thread's current wait: [obj, kind, outer wait] or None. A one-item list so that
 # the hot path is a load and a store. leave() clears obj: the watchdog may hold an ended wait
-# until its next look, and must not keep a DataLoader iterator (and its workers) alive. No clock is read per wait: the watchdog dates a wait when
-# it first sees it (at most one poll interval late, so a dump may come that much later, never
-# sooner); most waits end before it looks.
+# until its next look, and must not keep a DataLoader iterator (and its workers) alive. No
+# clock is read per wait: the watchdog dates a wait when it first sees it (at most one poll
+# interval late, so a dump may come that much later, never sooner); most waits end before
+# it looks.
 _current = [None]
 _main = [threading.main_thread().ident]
 _seconds = [None]        # SECONDS, as last read by a patch that applied; None: off
 _started = [False]       # the watchdog thread of this process runs (or could not start)
 _start_lock = [allocate_lock()]
+_write_lock = [allocate_lock()]   # held while a dump writes to stderr (see _write)
+_fork_holds = {}         # thread ident -> True: its fork took _write_lock (see _before_fork)
 _dumps = [0]             # dumps written by this process
 _armed_by = set()        # patches that want the worker-side handler
 _handler = [False]       # faulthandler is registered on the signal by us
@@ -106,7 +112,8 @@ def require():
     _seconds[0] = value
     if not _fork_hook[0] and hasattr(os, "register_at_fork"):
         _fork_hook[0] = True
-        os.register_at_fork(after_in_child=_after_fork_in_child)
+        os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                            after_in_child=_after_fork_in_child)
     return value
 
 
@@ -237,11 +244,14 @@ def _fmt_seconds(value):
 
 
 def _write(stream, lines):
-    try:
-        stream.write("\n".join(lines) + "\n")
-        stream.flush()
-    except Exception:
-        pass
+    # Under _write_lock: a fork waits for the write to end, so that no child starts with
+    # stderr's buffer locked by this thread (which does not exist in the child).
+    with _write_lock[0]:
+        try:
+            stream.write("\n".join(lines) + "\n")
+            stream.flush()
+        except Exception:
+            pass
 
 
 def _thread_stacks(pid):
@@ -399,11 +409,24 @@ def _register():
         pass
 
 
+def _before_fork():
+    """Let a dump's write end before forking (bounded: a stderr nobody reads blocks it)."""
+    if _write_lock[0].acquire(True, 1.0):
+        _fork_holds[get_ident()] = True
+
+
+def _after_fork_in_parent():
+    if _fork_holds.pop(get_ident(), False):
+        _write_lock[0].release()
+
+
 def _after_fork_in_child():
     """A forked child has no watchdog thread and waits for nothing yet."""
     _current[0] = None
     _started[0] = False
     _start_lock[0] = allocate_lock()
+    _write_lock[0] = allocate_lock()
+    _fork_holds.clear()
     _main[0] = threading.main_thread().ident
     if _armed_by:
         _register()  # inherited already; repeated in case the parent's was undone meanwhile

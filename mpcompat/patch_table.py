@@ -127,7 +127,7 @@ PATCHES = (
         name="opencv.worker_threads",
         targets=("cv2",),
         distributions=OPENCV,
-        supported=">=4.5,<4.11",
+        supported=">=4.5,<5.1",
         default=True,
         impl="mpcompat.patches.opencv_worker_threads",
         summary="OpenCV runs single-threaded, OpenCL off, in DataLoader workers and forked "

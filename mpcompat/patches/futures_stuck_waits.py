@@ -39,8 +39,9 @@ def _describe_future(future):
 def _describe_wait(args):
     fs, return_when = args
     total, done = _count(fs)
-    return "concurrent.futures.wait(return_when=%s) on %s futures, %s done" % (
-        return_when, "?" if total is None else total, "?" if done is None else done)
+    return "concurrent.futures.wait(return_when=%s) on %s future%s, %s done" % (
+        return_when, "?" if total is None else total, "" if total == 1 else "s",
+        "?" if done is None else done)
 
 
 def _count(fs):

@@ -33,6 +33,7 @@ import functools
 import sys
 import threading
 
+from mpcompat.errors import BrokenPool  # also mpcompat.BrokenPool
 from mpcompat.patch_table import Skip
 
 __all__ = ["BrokenPool", "MIN_FAILURES", "apply", "revert"]
@@ -40,24 +41,6 @@ __all__ = ["BrokenPool", "MIN_FAILURES", "apply", "revert"]
 _MARK = "_mpcompat_pool_workers"
 MIN_FAILURES = 3  # a pool breaks after max(MIN_FAILURES, processes) failed workers in a row
 _local = threading.local()  # .watch: the _Watch of the pool whose worker handler this is
-
-
-class BrokenPool(RuntimeError):
-    """Raised by the results of a ``multiprocessing.Pool`` whose worker processes keep exiting
-    with an error before they get any task done (mpcompat's ``multiprocessing.pool_workers``).
-
-    ``pids`` and ``exitcodes`` are those of the workers that failed; the message ends with their
-    own error (the ``mpcompat:`` note) where they recorded it. The pool starts no new workers:
-    terminate it (or leave its ``with`` block).
-    """
-
-    def __init__(self, message, pids=(), exitcodes=()):
-        RuntimeError.__init__(self, message)
-        self.pids, self.exitcodes = list(pids), list(exitcodes)
-
-    def __reduce__(self):
-        return (type(self), (self.args[0] if self.args else "", self.pids, self.exitcodes),
-                self.__dict__)
 
 
 # --- the child side: the worker records why it failed ------------------------------------------

@@ -34,15 +34,16 @@ def _pool_text(pool):
     if pool is None:
         return "a pool"
     workers = getattr(pool, "_pool", None) or ()
-    return "%s.%s with %d workers" % (type(pool).__module__, type(pool).__name__, len(workers))
+    return "%s.%s with %d worker%s" % (type(pool).__module__, type(pool).__name__,
+                                       len(workers), "" if len(workers) == 1 else "s")
 
 
 def _describe_result(result):
     pool = _pool_text(getattr(result, "_pool", None))
     left = getattr(result, "_number_left", None)
     if left is not None:
-        return ("the result of a map (MapResult job %s of %s; %d chunks still to come)"
-                % (getattr(result, "_job", "?"), pool, left))
+        return ("the result of a map (MapResult job %s of %s; %d chunk%s still to come)"
+                % (getattr(result, "_job", "?"), pool, left, "" if left == 1 else "s"))
     return "a result (ApplyResult job %s of %s)" % (getattr(result, "_job", "?"), pool)
 
 

@@ -12,9 +12,13 @@ Two targets, two changes:
       puts ``(idx, ExceptionWrapper)`` in its place, with the path to what cannot be pickled
       (from ``mpcompat.diagnose``), and torch's own ``reraise()`` raises it in the main
       process. Paths start at ``batch``: what the DataLoader yields for that step (one sample
-      with ``batch_size=None``);
+      with ``batch_size=None``). An error raised by the dataset whose class cannot be pickled
+      (a local exception class) arrives the same way, as a RuntimeError with its traceback;
   (b) makes OpenCV single-threaded there if the ``opencv.worker_threads`` patch is applied.
-  Nothing else runs per batch: the handler is called only when pickling a batch fails.
+  Nothing else runs per batch: the handler is called only when pickling a batch fails. The
+  worker runs this loop when mpcompat is active there before the Process object is unpickled:
+  always under fork; under spawn/forkserver with the .pth file, ``mpcompat run``, or a main
+  script that imports mpcompat (children import it again first).
 - ``torch.utils.data.dataloader``: ``_MultiProcessingDataLoaderIter._try_get_data`` (the method
   that raises "DataLoader worker (pid(s) ...) exited unexpectedly" in torch 1.9 to 2.13) is
   wrapped with a ``wrapt.FunctionWrapper``; that error gains, once, the cause a worker recorded
@@ -168,8 +172,9 @@ def _report(exc, idx, data, worker_id, pickler):
     from mpcompat.diagnose.walker import explain_parts
     header = ("DataLoader worker process %s could not send batch %d of this epoch (counting "
               "from 0) to the main process: pickling it failed, and without mpcompat the main "
-              "process would wait for it forever. 'batch' is what the DataLoader yields for that "
-              "step (one sample when batch_size=None). What cannot be pickled, and why:"
+              "process would wait for it forever. Everything __getitem__ (and collate_fn) "
+              "returns must be picklable; 'batch' is what the DataLoader yields for that step "
+              "(one sample when batch_size=None). What cannot be pickled, and why:"
               % (worker_id, idx))
     try:
         report = explain_parts([("batch", data)], name="batch", pickler=pickler, error=exc,

@@ -9,6 +9,7 @@ MPCOMPAT_HANG_DUMP=1 and, for two of them, without it (the "before").
 """
 import json
 import math
+import subprocess
 import sys
 import textwrap
 
@@ -359,7 +360,7 @@ def test_pool_workers_blocked_on_a_lock_write_their_stacks(runs, name, label, wh
 
 @pytest.mark.parametrize("name, what", [
     ("future-result", "<Future at 0x"),
-    ("futures-wait", "concurrent.futures.wait(return_when=ALL_COMPLETED) on 1 futures, 0 done"),
+    ("futures-wait", "concurrent.futures.wait(return_when=ALL_COMPLETED) on 1 future, 0 done"),
     ("futures-as_completed", "the next future from concurrent.futures.as_completed (0 yielded "
                              "so far)"),
 ])
@@ -384,7 +385,7 @@ def test_a_forked_child_watches_its_own_waits(runs):
     assert not h.dumps(err, parent), err  # Process.join is not a watched wait
     dumps = h.dumps(err, child)
     assert len(dumps) >= 2 and dumps[0][0] == 1, err  # the child counts its own dumps
-    assert "ThreadPool with 1 workers" in dumps[0][3]
+    assert "ThreadPool with 1 worker)" in dumps[0][3]
     assert STUCK in dumps[-1][4] and WAITS in h.waiting_stack(dumps[-1][4])
 
 
@@ -401,7 +402,6 @@ def test_progress_resets_the_clock_and_other_threads_are_not_watched(tmp_path):
 
 
 def run_status(hang_dump):
-    import subprocess
     env = child_env(MPCOMPAT_HANG_DUMP=hang_dump, MPCOMPAT_WARNED=None)
     proc = subprocess.run([sys.executable, "-c", STATUS], env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
