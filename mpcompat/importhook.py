@@ -69,10 +69,12 @@ class _StandIn(object):
         return type(self.loader) if not isinstance(self.loader, type) else type
 
     def create_module(self, spec):
+        """The real loader's module creation."""
         create = getattr(self.loader, "create_module", None)
         return create(spec) if create is not None else None
 
     def exec_module(self, module):
+        """Run the module with the real loader (which it then sees as its loader), then notify."""
         module.__loader__ = self.loader
         spec = getattr(module, "__spec__", None)
         if spec is not None and spec.loader is self:
@@ -123,6 +125,7 @@ class _PostImportFinder(object):
     _busy = set()
 
     def find_spec(self, fullname, path=None, target=None):
+        """The spec the finders behind this one give, its loader hooked; None for the rest."""
         if fullname not in _callbacks and not fullname.startswith(_OWN):
             return None
         key = (fullname, get_ident())
