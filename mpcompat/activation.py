@@ -123,7 +123,11 @@ def _activate(patches, disabled_patches, how):
         from mpcompat import importhook
         importhook.own_failure = _broken_if_own
         _register_builtins()
-        for target in patch_table.all_targets():
+        live = patch_table.live_targets(os.environ)
+        for target in patch_table.all_targets():  # (re-activation may find the set changed)
+            if target not in live:
+                importhook.unwatch(target, _on_target)
+        for target in live:
             importhook.watch(target, _on_target)
         if "mpcompat.patch_manager" not in sys.modules and requested is None:
             return  # loaded, and configured, when a target is imported

@@ -16,7 +16,6 @@ import sys
 from _thread import RLock
 
 from mpcompat import activation, importhook, patch_table, versions
-from mpcompat.errors import PatchUnavailable
 from mpcompat.patch_table import NotNeeded, Skip
 
 (WAITING, APPLIED, NOT_NEEDED, SKIPPED, DISABLED, FAILED, MISSED, INACTIVE) = (
@@ -88,7 +87,10 @@ def states(read_versions=True):
     with _lock:
         result = [_state(spec) for spec in patch_table.PATCHES]
         for st in result:
-            if st.state == WAITING:
+            var = st.spec.needs_env
+            if st.state == WAITING and var and not os.environ.get(var, "").strip():
+                st.state, st.reason = NOT_NEEDED, "%s is not set" % var  # its targets unwatched
+            elif st.state == WAITING:
                 _check_missed(st)
     if read_versions:
         for st in result:
@@ -355,6 +357,7 @@ def _insist(st):
             undo = _disarm(st)
             st.state, st.reason = SKIPPED, reason
         _revert_all([undo])
+        from mpcompat.errors import PatchUnavailable  # only when raising: a module less to load
         raise PatchUnavailable("patch %r cannot apply: %s" % (st.spec.name, reason))
 
 

@@ -204,3 +204,11 @@ BY_NAME = {spec.name: spec for spec in PATCHES}
 def all_targets():
     """The target modules of every declared patch (read from the table at each call)."""
     return sorted({target for spec in PATCHES for target in spec.targets})
+
+
+def live_targets(environ):
+    """The target modules of the patches that can apply with ``environ``: a patch turned on by
+    an environment variable that is unset is left out, so its targets cost no callback."""
+    return sorted({target for spec in PATCHES
+                   if not spec.needs_env or environ.get(spec.needs_env, "").strip()
+                   for target in spec.targets})

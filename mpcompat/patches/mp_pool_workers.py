@@ -33,10 +33,9 @@ import functools
 import sys
 import threading
 
-from mpcompat.errors import BrokenPool  # also mpcompat.BrokenPool
 from mpcompat.patch_table import Skip
 
-__all__ = ["BrokenPool", "MIN_FAILURES", "apply", "revert"]
+__all__ = ["MIN_FAILURES", "apply", "revert"]
 
 _MARK = "_mpcompat_pool_workers"
 MIN_FAILURES = 3  # a pool breaks after max(MIN_FAILURES, processes) failed workers in a row
@@ -308,6 +307,7 @@ class _Watch(object):
     def error(self):
         """A new BrokenPool for one result (each raise gets its own traceback)."""
         from mpcompat.diagnose.notes import add_note
+        from mpcompat.errors import BrokenPool  # also mpcompat.BrokenPool; loaded when needed
         exc = BrokenPool(self.message, self.pids, self.exitcodes)
         add_note(exc, self.note)
         return exc

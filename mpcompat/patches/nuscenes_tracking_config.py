@@ -13,7 +13,6 @@ set there too), then restores the instance ``__dict__`` exactly. Because the pic
 mpcompat, this works in a child where mpcompat was never imported or is switched off.
 """
 from mpcompat.patch_table import Skip
-from mpcompat.rebuild import rebuild_by_init
 
 # Pickling hooks whose presence means the class pickles its own way: then we stay out.
 _OWN_PICKLING = ("__reduce_ex__", "__reduce__", "__getstate__", "__setstate__")
@@ -53,5 +52,6 @@ def _make_reduce_ex(owner):
     def __reduce_ex__(self, protocol):
         if type(self).__reduce__ is not object.__reduce__:  # a subclass pickles its own way
             return object.__reduce_ex__(self, protocol)
+        from mpcompat.rebuild import rebuild_by_init  # loaded with the first config pickled
         return rebuild_by_init, (type(self), owner, owner.serialize(self), self.__dict__)
     return __reduce_ex__

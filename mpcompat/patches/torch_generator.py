@@ -13,11 +13,11 @@ initial seed and the state as bytes; plain ``pickle``, ``copy`` and ``torch.save
 torch's own ``__reduce__``.
 """
 from mpcompat.patch_table import Skip
-from mpcompat.rebuild import rebuild_torch_generator
 
 
 def reduce_generator(gen):
     """Reduce a ``torch.Generator`` to its device, initial seed and state bytes."""
+    from mpcompat.rebuild import rebuild_torch_generator  # loaded with the first generator sent
     return rebuild_torch_generator, (str(gen.device), gen.initial_seed(),
                                bytes(gen.get_state().tolist()))
 

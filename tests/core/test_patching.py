@@ -318,4 +318,4 @@ def test_command_line_status():
             following = lines[lines.index(row[0]) + 1]
             assert following.strip() == "disabled by MPCOMPAT_DISABLED_PATCHES"
         else:
-            assert row[0].split()[1] in ("waiting", "applied", "skipped", "failed")
+            assert row[0].split()[1] in ("waiting", "applied", "skipped", "failed", "not")

@@ -73,7 +73,7 @@ def test_initializer_error_respawns_forever_without_the_patch(method, tmp_path):
     data, proc = run_script(tmp_path, INIT, method, 5, missing, timeout=120, **DISABLED)
     assert data is not None, proc.stderr[-3000:]
     assert data["map"]["type"] == "TimeoutError"
-    assert worker_tracebacks(proc.stderr, "FileNotFoundError") >= 6
+    assert worker_tracebacks(proc.stderr, "FileNotFoundError") >= 4  # 2 workers, respawned
 
 
 LATE = '''\
@@ -322,7 +322,7 @@ def test_patch_is_declared_applied_and_reversible(restore_mpcompat):
 
 
 def test_broken_pool_error_type():
-    from mpcompat.patches.mp_pool_workers import BrokenPool
+    from mpcompat import BrokenPool
     exc = BrokenPool("2 worker processes ...", [11, 12], [1, 1])
     assert isinstance(exc, RuntimeError)
     copy = pickle.loads(pickle.dumps(exc))
