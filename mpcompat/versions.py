@@ -15,7 +15,7 @@ import sys
 # No regular expressions here: this module loads when the first patch target is imported, in
 # processes that may never import ``re`` otherwise (3 ms).
 _OPERATORS = (">=", "<=", "==", "!=", ">", "<")
-_listings = {}  # directory -> its entries (read once per process)
+_listings = {}  # directory -> {normalized distribution name: version} of its metadata dirs
 
 
 def parse(version):
@@ -24,12 +24,14 @@ def parse(version):
     if text[:1] in ("v", "V"):
         text = text[1:]
     end = 0
-    while end < len(text) and (text[end].isdigit() or (
-            text[end] == "." and end + 1 < len(text) and text[end + 1].isdigit())):
+    while end < len(text) and (text[end] in "0123456789."):
         end += 1
-    if end == 0 or not text[0].isdigit():
+    parts = text[:end].split(".")
+    while parts and not parts[-1]:  # "3." is 3
+        parts.pop()
+    if not parts or not all(parts):
         return None
-    return tuple(int(part) for part in text[:end].split("."))
+    return tuple(int(part) for part in parts)
 
 
 def _pad(a, b):
@@ -73,14 +75,10 @@ def _clause(clause, spec):
 def _normal(name):
     """A distribution name as metadata directories spell it: ``nuscenes-devkit`` ->
     ``nuscenes_devkit`` (lower case, runs of ``-_.`` as one ``_``)."""
-    out = []
-    for char in name.lower():
-        if char in "-_.":
-            if not out or out[-1] != "_":
-                out.append("_")
-        else:
-            out.append(char)
-    return "".join(out)
+    name = name.lower().replace("-", "_").replace(".", "_")
+    while "__" in name:
+        name = name.replace("__", "_")
+    return name
 
 
 def python_version():
@@ -140,19 +138,28 @@ def _dist_info_version(dist, module):
     package_dir = os.path.dirname(os.path.abspath(location))
     if os.path.basename(location).startswith("__init__."):
         package_dir = os.path.dirname(package_dir)
-    entries = _listings.get(package_dir)
-    if entries is None:
-        try:
-            entries = _listings[package_dir] = os.listdir(package_dir)
-        except OSError:
-            entries = _listings[package_dir] = []
-    wanted = _normal(dist)
+    found = _listings.get(package_dir)
+    if found is None:
+        found = _listings[package_dir] = _metadata_dirs(package_dir)
+    version = found.get(_normal(dist))
+    return version if version is not None and parse(version) is not None else None
+
+
+def _metadata_dirs(directory):
+    """``{normalized distribution name: version}`` of the metadata directories in
+    ``directory`` (``torch-2.13.0+cpu.dist-info``, ``mmcv-1.4.0-py3.8.egg-info``)."""
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return {}
+    egg_tag = "-py%d.%d" % sys.version_info[:2]
+    found = {}
     for entry in entries:
-        if entry.endswith((".dist-info", ".egg-info")) and \
-                _normal(entry.split("-", 1)[0]) == wanted:
-            version = entry[len(entry.split("-", 1)[0]) + 1:].rsplit(".", 1)[0]
-            if version.endswith("-py%d.%d" % sys.version_info[:2]):  # egg-info names
-                version = version[:-len("-py%d.%d" % sys.version_info[:2])]
-            if parse(version) is not None:
-                return version
-    return None
+        if not entry.endswith((".dist-info", ".egg-info")) or "-" not in entry:
+            continue
+        name, rest = entry.split("-", 1)
+        version = rest.rsplit(".", 1)[0]
+        if version.endswith(egg_tag):
+            version = version[:-len(egg_tag)]
+        found.setdefault(_normal(name), version)
+    return found

@@ -37,7 +37,8 @@ WORKER = "torch.utils.data._utils.worker"
 LOADER = "torch.utils.data.dataloader"
 _MARK = "_mpcompat_dataloader_workers"
 _NOTED = "_mpcompat_workers_noted"
-_DEAD = re.compile(r"DataLoader worker \(pids?(?:\(s\))? ([0-9][0-9, ]*)\) exited unexpectedly")
+# torch's message; compiled when a worker has died (patching costs no regex compile)
+_DEAD = r"DataLoader worker \(pids?(?:\(s\))? ([0-9][0-9, ]*)\) exited unexpectedly"
 # iterator class -> (original _try_get_data, our wrapper); per class, so that a class left
 # behind by importlib.reload is reverted too.
 _patched = {}
@@ -215,14 +216,14 @@ def _name_cause(exc):
     try:
         if exc.__dict__.get(_NOTED):
             return
-        match = _DEAD.search(str(exc))
+        match = re.search(_DEAD, str(exc))
         if match is None:
             return
         exc.__dict__[_NOTED] = True
         pids = [int(p) for p in re.findall(r"[0-9]+", match.group(1))]
         cause = exc.__cause__
         if cause is not None:  # torch's SIGCHLD handler named the worker first
-            found = _DEAD.search(str(cause))
+            found = re.search(_DEAD, str(cause))
             if found is not None:
                 pids += [int(p) for p in re.findall(r"[0-9]+", found.group(1)) if int(p)
                          not in pids]
