@@ -46,7 +46,7 @@ if __name__ == "__main__":
     start = time.time()
     try:
         with multiprocessing.get_context("spawn").Pool(2) as pool:
-            result = pool.map_async(Normalize(0.5), range(8)).get(timeout=float(sys.argv[1]))
+            result = pool.map_async(Normalize(0.5), range(8), chunksize=1).get(timeout=float(sys.argv[1]))
         outcome = {"ok": True, "result": result}
     except Exception as exc:
         outcome = {"ok": False, "type": "%s.%s" % (type(exc).__module__, type(exc).__name__),

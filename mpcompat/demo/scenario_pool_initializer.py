@@ -60,7 +60,8 @@ def run():
     with multiprocessing.get_context(method).Pool(2, initializer=open_db,
                                                   initargs=(path,)) as pool:
         try:
-            values = pool.map(lookup, range(8))
+            # chunksize given: the Pool's own divides by its live workers, none at times here
+            values = pool.map(lookup, range(8), chunksize=1)
         except Exception as exc:
             summary = summarize(exc, time.time() - start)
             if summary is None:

@@ -30,7 +30,7 @@ if __name__ == "__main__":
     data = {}
     with multiprocessing.get_context(method).Pool(2, initializer=open_db,
                                                   initargs=(missing,)) as pool:
-        data["map"] = outcome(lambda: pool.map_async(double, range(10)).get(wait))
+        data["map"] = outcome(lambda: pool.map_async(double, range(10), chunksize=1).get(wait))
         data["seconds"] = time.time() - start
         if data["map"]["type"] == "BrokenPool":
             data["apply"] = outcome(lambda: pool.apply_async(double, (1,)).get(wait))
@@ -84,7 +84,7 @@ if __name__ == "__main__":
     import mpcompat  # only here: the spawn workers run without mpcompat
     with multiprocessing.get_context("spawn").Pool(2, initializer=open_db,
                                                    initargs=(sys.argv[1],)) as pool:
-        data = {"map": outcome(lambda: pool.map_async(double, range(10)).get(60))}
+        data = {"map": outcome(lambda: pool.map_async(double, range(10), chunksize=1).get(60))}
     report(data)
 '''
 
@@ -106,7 +106,7 @@ import mpcompat
 from pool_workers_helpers import double, outcome, report
 
 pool = multiprocessing.get_context(sys.argv[1]).Pool(2)
-data = {"map": outcome(lambda: pool.map_async(double, range(10)).get(float(sys.argv[2])))}
+data = {"map": outcome(lambda: pool.map_async(double, range(10), chunksize=1).get(float(sys.argv[2])))}
 pool.terminate()
 pool.join()
 report(data)
@@ -146,7 +146,7 @@ if __name__ == "__main__":
         return 3 * x
 
     with multiprocessing.get_context(sys.argv[1]).Pool(2) as pool:
-        data = {"map": outcome(lambda: pool.map_async(triple, range(10)).get(float(sys.argv[2])))}
+        data = {"map": outcome(lambda: pool.map_async(triple, range(10), chunksize=1).get(float(sys.argv[2])))}
     report(data)
 '''
 
@@ -251,7 +251,7 @@ from pool_workers_helpers import outcome, report, sleep_then_double, take_slot
 if __name__ == "__main__":
     with multiprocessing.get_context("fork").Pool(2, initializer=take_slot,
                                                   initargs=(sys.argv[1],)) as pool:
-        data = {"map": outcome(lambda: pool.map_async(sleep_then_double, [1.5]).get(60))}
+        data = {"map": outcome(lambda: pool.map_async(sleep_then_double, [1.5], chunksize=1).get(60))}
     report(data)
 '''
 
@@ -274,7 +274,7 @@ if __name__ == "__main__":
     with multiprocessing.pool.ThreadPool(2) as pool:
         data = {"map": outcome(lambda: pool.map(double, range(10)))}
     pool = multiprocessing.pool.ThreadPool(2, initializer=open_db, initargs=("/no/such/file",))
-    data["failing"] = outcome(lambda: pool.map_async(double, range(4)).get(3))
+    data["failing"] = outcome(lambda: pool.map_async(double, range(4), chunksize=1).get(3))
     pool.terminate()
     pool.join()
     report(data)
