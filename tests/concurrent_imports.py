@@ -6,8 +6,10 @@ interpreter where mpcompat is active and none of them is imported yet. Prints on
 every patch's state, applications and reason, the target modules imported, and every warning
 raised (by any thread).
 """
+import faulthandler
 import importlib
 import json
+import os
 import random
 import sys
 import threading
@@ -54,12 +56,16 @@ def main(seed, targets):
         except BaseException as exc:  # reported, never swallowed
             errors.append("%s: %r" % (i, exc))
 
+    # A hang prints every thread's stack and ends the run (the caller tells CPython's own
+    # hangs from others by those stacks).
+    faulthandler.dump_traceback_later(float(os.environ.get("HANG_AFTER", "60")), exit=True)
     sys.setswitchinterval(1e-6 * (1 + seed % 7))
     threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    faulthandler.cancel_dump_traceback_later()
     sys.setswitchinterval(0.005)
     for name in targets:
         importlib.import_module(name)

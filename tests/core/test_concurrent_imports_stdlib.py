@@ -15,5 +15,6 @@ TARGETS = ["multiprocessing.reduction", "multiprocessing.spawn", "multiprocessin
 
 @pytest.mark.parametrize("seeds", [range(0, 8), range(8, 16)], ids=["seeds0-7", "seeds8-15"])
 def test_every_patch_applies_exactly_once_whatever_the_interleaving(seeds):
-    for seed, out in run_many(seeds, TARGETS):
+    # a run takes well under a second: one still running after 20 s hangs
+    for seed, out in run_many(seeds, TARGETS, hang_after=20):
         check(seed, out)
