@@ -73,3 +73,15 @@ def fmt_ms(seconds, digits=1):
 
 def verdict(ok):
     return "pass" if ok else "FAIL"
+
+
+def missed(tables):
+    """Whether a row of ``tables`` failed its target."""
+    return any("FAIL" in row for t in tables for row in t.rows)
+
+
+def print_tables(tables):
+    """Print ``tables``; return the exit code of a benchmark: 1 when a target is missed."""
+    for table in tables:
+        print(table)
+    return 1 if missed(tables) else 0

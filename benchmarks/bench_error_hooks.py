@@ -20,7 +20,7 @@ if HERE not in sys.path:
 if os.path.dirname(HERE) not in sys.path:
     sys.path.insert(0, os.path.dirname(HERE))
 
-from _common import Table, fmt_ms, interleaved, verdict  # noqa: E402
+from _common import print_tables, Table, fmt_ms, interleaved, verdict  # noqa: E402
 
 PATCH = "multiprocessing.pickling_notes"
 TARGET_CALL = 1.05   # best of rounds: the hooked call adds no work when pickling succeeds
@@ -118,10 +118,7 @@ def run(quick=False):
 
 def main(argv=None):
     """Print the table; return 0 when every target is met."""
-    tables = run(quick="--quick" in (sys.argv[1:] if argv is None else argv))
-    for table in tables:
-        print(table)
-    return 1 if any("FAIL" in row for t in tables for row in t.rows) else 0
+    return print_tables(run(quick="--quick" in (sys.argv[1:] if argv is None else argv)))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ if HERE not in sys.path:
 if os.path.dirname(HERE) not in sys.path:
     sys.path.insert(0, os.path.dirname(HERE))
 
-from _common import Table, fmt_ms, interleaved, verdict  # noqa: E402
+from _common import print_tables, Table, fmt_ms, interleaved, verdict  # noqa: E402
 
 N_INFOS = 30000
 TARGET_CLEAN = 1.5
@@ -143,9 +143,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="one round instead of three")
     args = parser.parse_args(argv)
     tables = run(quick=args.quick, infos=args.infos)
-    for table in tables:
-        print(table)
-    return 1 if any("FAIL" in row for t in tables for row in t.rows) else 0
+    return print_tables(tables)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ if HERE not in sys.path:
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from _common import Table, fmt_ms, median, verdict  # noqa: E402
+from _common import print_tables, Table, fmt_ms, median, verdict  # noqa: E402
 
 TARGET = 1.05
 PATCHES = ("torch.stuck_waits", "multiprocessing.stuck_waits", "concurrent_futures.stuck_waits")
@@ -251,10 +251,7 @@ def main(argv=None):
     if "--child" in argv:
         _child()
         return 0
-    tables = run(quick="--quick" in argv)
-    for table in tables:
-        print(table)
-    return 1 if any("FAIL" in row for t in tables for row in t.rows) else 0
+    return print_tables(run(quick="--quick" in argv))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from _common import Table, fmt_ms, verdict  # noqa: E402
+from _common import print_tables, Table, fmt_ms, verdict  # noqa: E402
 
 PATCH = "opencv.worker_threads"
 TARGET = 1.05
@@ -156,10 +156,7 @@ def run(quick=False):
 
 def main(argv=None):
     """Print the table; return 0 when every target is met."""
-    tables = run(quick="--quick" in (sys.argv[1:] if argv is None else argv))
-    for table in tables:
-        print(table)
-    return 1 if any("FAIL" in row for t in tables for row in t.rows) else 0
+    return print_tables(run(quick="--quick" in (sys.argv[1:] if argv is None else argv)))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ the manual fix is reported: mpcompat's reducers are pure Python, one call and on
 tuple per view, and that tuple is the cost (converting the views by hand at dump time costs
 about the same, as the table shows).
 """
-import copyreg
 import os
 import pickle
 import sys

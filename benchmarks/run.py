@@ -22,6 +22,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+from _common import missed  # noqa: E402
+
 
 def available():
     return sorted(name[len("bench_"):-3] for name in os.listdir(HERE)
@@ -50,7 +52,7 @@ def main(argv=None):
         if hasattr(module, "run"):
             tables = module.run(quick=args.quick)
             text = "\n\n".join(str(t) for t in tables)
-            failed |= any("FAIL" in row for t in tables for row in t.rows)
+            failed |= missed(tables)
         else:  # a benchmark that is only a script: run it, print what it prints
             proc = subprocess.run([sys.executable, module.__file__], stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, universal_newlines=True)

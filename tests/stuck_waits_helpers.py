@@ -118,6 +118,26 @@ class Scenario(object):
             pass
 
 
+def scenario_env(hang_dump):
+    """A child environment where mpcompat activates in every process (as ``mpcompat run``
+    makes it), with MPCOMPAT_HANG_DUMP set to ``hang_dump`` (None: unset)."""
+    from mpcompat.launcher import command_env
+    from testenv import child_env
+    return command_env(child_env(MPCOMPAT_HANG_DUMP=hang_dump, MPCOMPAT_WARNED=None))
+
+
+def run_to_end(path, hang_dump, timeout=120):
+    """Run the scenario script at ``path`` (a pathlib.Path) to its end, in its directory;
+    return ``(returncode, stdout, stderr)``. Killed if it outlasts ``timeout``."""
+    import sys
+    scenario = Scenario(sys.executable, str(path), env=scenario_env(hang_dump),
+                        cwd=str(path.parent))
+    try:
+        return scenario.finish(timeout=timeout)
+    finally:
+        scenario.kill()
+
+
 def dumps(text, pid=None):
     """The hang dumps in ``text``: ``[(number, pid, waited seconds, what, section text)]``.
 

@@ -7,11 +7,6 @@ the guard, and dies unpickling the dataset ("Can't get attribute 'MyDS' on <modu
 "DataLoader worker (pid(s) ...) exited unexpectedly". With mpcompat that error names the
 worker's error, the class, the file and line where it is defined, and the fix.
 """
-import json
-import os
-import subprocess
-import sys
-import tempfile
 import time
 
 TITLE = "DataLoader(spawn) over a Dataset class defined under if __name__ == \"__main__\""
@@ -50,24 +45,9 @@ CLASS_LINE = 8  # the line of "class MyDS" in SCRIPT
 
 def run():
     """Run the script; return the line of the main process's error that names MyDS."""
-    from mpcompat.launcher import command_env
-    directory = tempfile.mkdtemp(prefix="mpcompat-demo-")
-    path = os.path.join(directory, "train.py")
-    with open(path, "w") as fh:
-        fh.write(SCRIPT)
+    from mpcompat.demo.train_script import run_train_script
     start = time.time()
-    try:
-        proc = subprocess.run([sys.executable, path], env=command_env(os.environ), cwd=directory,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, timeout=TIMEOUT - 5)
-    finally:
-        import shutil
-        shutil.rmtree(directory, ignore_errors=True)
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("OUTCOME ")]
-    if not lines:
-        raise RuntimeError("the script printed no outcome (exit code %s): %s" % (
-            proc.returncode, proc.stderr.strip().splitlines()[-1:]))
-    outcome = json.loads(lines[-1][len("OUTCOME "):])
+    outcome, _, path = run_train_script(SCRIPT, timeout=TIMEOUT - 5)
     if outcome["ok"]:
         return "the DataLoader yielded %d samples" % outcome["batches"]
     message = outcome["message"]

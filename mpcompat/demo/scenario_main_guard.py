@@ -10,12 +10,7 @@ hangs); only the workers' stderr (often lost, e.g. under a job scheduler) says w
 With mpcompat the Pool fails at once and its error names the class, the file and line, and the
 fix.
 """
-import json
-import os
 import re
-import subprocess
-import sys
-import tempfile
 import time
 
 TITLE = "Pool(spawn).map over an object whose class is defined under if __name__ == \"__main__\""
@@ -59,28 +54,10 @@ CLASS_LINE = 12  # the line of "class Normalize" in SCRIPT
 
 
 def run_script(wait=WAIT, timeout=TIMEOUT - 5):
-    """Write the script to a temporary directory, run it; return ``(outcome, stderr, path)``.
-
-    The script runs with mpcompat activated at start-up in all its processes (as with the .pth
-    file or ``mpcompat run``) unless MPCOMPAT_DISABLE is set.
-    """
-    from mpcompat.launcher import command_env
-    directory = tempfile.mkdtemp(prefix="mpcompat-demo-")
-    path = os.path.join(directory, "train.py")
-    with open(path, "w") as fh:
-        fh.write(SCRIPT)
-    try:
-        proc = subprocess.run([sys.executable, path, str(wait)], env=command_env(os.environ),
-                              cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, timeout=timeout)
-    finally:
-        import shutil
-        shutil.rmtree(directory, ignore_errors=True)
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("OUTCOME ")]
-    if not lines:
-        raise RuntimeError("the script printed no outcome (exit code %s): %s" % (
-            proc.returncode, proc.stderr.strip().splitlines()[-1:]))
-    return json.loads(lines[-1][len("OUTCOME "):]), proc.stderr, path
+    """Run the script (see :func:`mpcompat.demo.train_script.run_train_script`); return
+    ``(outcome, stderr, path)``."""
+    from mpcompat.demo.train_script import run_train_script
+    return run_train_script(SCRIPT, [wait], timeout=timeout)
 
 
 def names_the_fix(text, path):

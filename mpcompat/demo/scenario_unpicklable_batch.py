@@ -7,11 +7,7 @@ queue's feeder thread prints the error to the worker's stderr and drops the samp
 main process waits for it forever. With mpcompat the worker sends the error in the sample's
 place, and the main process raises it, naming ``batch['lock']`` and what to do.
 """
-import json
-import os
 import subprocess
-import sys
-import tempfile
 import time
 
 TITLE = "DataLoader(spawn, batch_size=None) whose samples hold a threading.Lock"
@@ -53,17 +49,11 @@ if __name__ == "__main__":
 
 def run():
     """Run the script; return the main process's error line naming ``batch['lock']``."""
-    from mpcompat.launcher import command_env
-    directory = tempfile.mkdtemp(prefix="mpcompat-demo-")
-    path = os.path.join(directory, "train.py")
-    with open(path, "w") as fh:
-        fh.write(SCRIPT)
+    from mpcompat.demo.train_script import run_train_script
     wait = TIMEOUT - 5
     start = time.time()
     try:
-        proc = subprocess.run([sys.executable, path], env=command_env(os.environ), cwd=directory,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, timeout=wait)
+        outcome, _, _ = run_train_script(SCRIPT, timeout=wait)
     except subprocess.TimeoutExpired as exc:
         stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) \
             else (exc.stderr or "")
@@ -72,14 +62,6 @@ def run():
             "no batch and no error after %d s: the main process waits forever%s" % (
                 wait, "; only the worker's stderr says \"TypeError: cannot pickle "
                 "'_thread.lock' object\"" if printed else ""))
-    finally:
-        import shutil
-        shutil.rmtree(directory, ignore_errors=True)
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("OUTCOME ")]
-    if not lines:
-        raise RuntimeError("the script printed no outcome (exit code %s): %s" % (
-            proc.returncode, proc.stderr.strip().splitlines()[-1:]))
-    outcome = json.loads(lines[-1][len("OUTCOME "):])
     if outcome["ok"]:
         return "the DataLoader yielded %d samples" % outcome["batches"]
     named = [l.strip() for l in outcome["message"].splitlines() if "batch['lock']" in l]

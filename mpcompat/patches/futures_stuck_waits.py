@@ -19,10 +19,9 @@ ProcessPoolExecutor workers among them); ThreadPoolExecutor workers are threads 
 process and appear in its own dump.
 """
 import functools
-import os
 import sys
 
-from mpcompat.patch_table import NotNeeded, Skip
+from mpcompat.patch_table import Skip
 
 NAME = "concurrent_futures.stuck_waits"
 _MARK = "_mpcompat_stuck_waits"
@@ -64,16 +63,6 @@ def _describe_next(state):
 _FUTURE = (_describe_future, _workers, None)
 _WAIT = (_describe_wait, _workers, _wait_progress)
 _NEXT = (_describe_next, _workers, None)
-
-
-def _hang_watch():
-    """``mpcompat.hang_watch``, switched on; "not needed" when MPCOMPAT_HANG_DUMP is unset (and
-    then nothing more is imported)."""
-    if not os.environ.get("MPCOMPAT_HANG_DUMP", "").strip():
-        raise NotNeeded("MPCOMPAT_HANG_DUMP is not set")
-    from mpcompat import hang_watch
-    hang_watch.require()
-    return hang_watch
 
 
 def _wrap_method(original, settled, hang_watch):
@@ -147,7 +136,10 @@ def _targets(module):
 def apply(module):
     """Wrap ``Future.result``/``exception``, ``wait`` and ``as_completed`` of
     ``concurrent.futures._base``. "Not needed" when MPCOMPAT_HANG_DUMP is unset."""
-    hang_watch = _hang_watch()
+    # Only called when MPCOMPAT_HANG_DUMP is set (the manager answers "not needed" otherwise,
+    # before this module is even imported); require() checks the value.
+    from mpcompat import hang_watch
+    hang_watch.require()
     future = _targets(module)
     for owner, name in ((future, "result"), (future, "exception"), (module, "wait"),
                         (module, "as_completed")):

@@ -21,10 +21,9 @@ ones included): the stack-dump handler (faulthandler on SIGURG) is registered in
 so that its parent can ask for its stacks; forked children inherit it.
 """
 import functools
-import os
 import sys
 
-from mpcompat.patch_table import NotNeeded, Skip
+from mpcompat.patch_table import Skip
 
 NAME = "multiprocessing.stuck_waits"
 _MARK = "_mpcompat_stuck_waits"
@@ -66,16 +65,6 @@ def _map_progress(result):
 # What the dump says about each kind of wait (see mpcompat.hang_watch.kind).
 _RESULT = (_describe_result, _pool_workers, _map_progress)
 _IMAP = (_describe_imap, _pool_workers, None)
-
-
-def _hang_watch():
-    """``mpcompat.hang_watch``, switched on; "not needed" when MPCOMPAT_HANG_DUMP is unset (and
-    then nothing more is imported: this runs in every process that uses multiprocessing)."""
-    if not os.environ.get("MPCOMPAT_HANG_DUMP", "").strip():
-        raise NotNeeded("MPCOMPAT_HANG_DUMP is not set")
-    from mpcompat import hang_watch
-    hang_watch.require()
-    return hang_watch
 
 
 def _wrap_wait(original, hang_watch):
@@ -123,7 +112,10 @@ def _slots(module):
 def apply(module):
     """On ``multiprocessing.pool``: wrap the result waits; on ``multiprocessing.process``:
     register the stack-dump handler. "Not needed" when MPCOMPAT_HANG_DUMP is unset."""
-    hang_watch = _hang_watch()
+    # Only called when MPCOMPAT_HANG_DUMP is set (the manager answers "not needed" otherwise,
+    # before this module is even imported); require() checks the value.
+    from mpcompat import hang_watch
+    hang_watch.require()
     if module.__name__ != "multiprocessing.pool":
         hang_watch.arm_workers(NAME)
         return

@@ -11,14 +11,11 @@ import DetectionConfig`` see it. After the original ``__init__`` ran, a ``dict_k
 left as it is. ``deserialize`` and both ``config_factory`` functions build configs through
 ``__init__``, so they are covered too.
 """
-import wrapt
-
 from mpcompat.patch_table import Skip
+from mpcompat.patches.method_wrappers import WrappedMethods
 
 _DICT_KEYS = type({}.keys())
-# class -> (original __init__, our wrapper). Kept per class, not per module: after
-# importlib.reload the module holds a new class, and the old one is still patched.
-_patched = {}
+_wrapped = WrappedMethods()
 
 
 def apply(module):
@@ -29,11 +26,7 @@ def apply(module):
     original = cls.__dict__.get("__init__")
     if original is None:
         raise Skip("DetectionConfig defines no __init__ of its own")
-    if cls in _patched:
-        return
-    wrapper = wrapt.FunctionWrapper(original, _init_wrapper)
-    _patched[cls] = (original, wrapper)
-    cls.__init__ = wrapper
+    _wrapped.wrap(cls, "__init__", _init_wrapper)
 
 
 def revert(module):
@@ -41,10 +34,7 @@ def revert(module):
 
     A class whose ``__init__`` someone else has replaced since keeps theirs.
     """
-    for cls in [c for c in _patched if c.__module__ == module.__name__]:
-        original, wrapper = _patched.pop(cls)
-        if cls.__dict__.get("__init__") is wrapper:
-            cls.__init__ = original
+    _wrapped.unwrap(module)
 
 
 def _init_wrapper(wrapped, instance, args, kwargs):

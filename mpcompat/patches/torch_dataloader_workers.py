@@ -29,9 +29,8 @@ import functools
 import re
 import sys
 
-import wrapt
-
 from mpcompat.patch_table import Skip
+from mpcompat.patches.method_wrappers import WrappedMethods
 
 WORKER = "torch.utils.data._utils.worker"
 LOADER = "torch.utils.data.dataloader"
@@ -39,9 +38,7 @@ _MARK = "_mpcompat_dataloader_workers"
 _NOTED = "_mpcompat_workers_noted"
 # torch's message; compiled when a worker has died (patching costs no regex compile)
 _DEAD = r"DataLoader worker \(pids?(?:\(s\))? ([0-9][0-9, ]*)\) exited unexpectedly"
-# iterator class -> (original _try_get_data, our wrapper); per class, so that a class left
-# behind by importlib.reload is reverted too.
-_patched = {}
+_wrapped = WrappedMethods()
 
 
 def apply(module):
@@ -59,10 +56,7 @@ def revert(module):
         if getattr(loop, _MARK, False):
             module._worker_loop = loop.__wrapped__
     elif module.__name__ == LOADER:
-        for cls in [c for c in _patched if c.__module__ == module.__name__]:
-            original, wrapper = _patched.pop(cls)
-            if cls.__dict__.get("_try_get_data") is wrapper:
-                cls._try_get_data = original
+        _wrapped.unwrap(module)
 
 
 # --- in the worker ----------------------------------------------------------------------------
@@ -195,11 +189,7 @@ def _apply_loader(module):
     original = cls.__dict__.get("_try_get_data") if isinstance(cls, type) else None
     if original is None:
         raise Skip("%s has no _MultiProcessingDataLoaderIter._try_get_data" % LOADER)
-    if cls in _patched:
-        return
-    wrapper = wrapt.FunctionWrapper(original, _try_get_data_wrapper)
-    _patched[cls] = (original, wrapper)
-    cls._try_get_data = wrapper
+    _wrapped.wrap(cls, "_try_get_data", _try_get_data_wrapper)
 
 
 def _try_get_data_wrapper(wrapped, instance, args, kwargs):

@@ -11,12 +11,10 @@ patch); this patch wraps ``ProcessExitedException.__init__`` with a ``wrapt.Func
 child has exited, gains a note with that cause and the fix. Exceptions of children that
 recorded nothing (killed by a signal, ``sys.exit(3)`` in ``fn``) are left as they are.
 """
-import wrapt
-
 from mpcompat.patch_table import Skip
+from mpcompat.patches.method_wrappers import WrappedMethods
 
-# class -> (original __init__, our wrapper)
-_patched = {}
+_wrapped = WrappedMethods()
 
 
 def apply(module):
@@ -25,19 +23,12 @@ def apply(module):
     original = cls.__dict__.get("__init__") if isinstance(cls, type) else None
     if original is None:
         raise Skip("%s has no ProcessExitedException.__init__" % module.__name__)
-    if cls in _patched:
-        return
-    wrapper = wrapt.FunctionWrapper(original, _init_wrapper)
-    _patched[cls] = (original, wrapper)
-    cls.__init__ = wrapper
+    _wrapped.wrap(cls, "__init__", _init_wrapper)
 
 
 def revert(module):
     """Put back the original ``__init__`` where ours is still in place."""
-    for cls in [c for c in _patched if c.__module__ == module.__name__]:
-        original, wrapper = _patched.pop(cls)
-        if cls.__dict__.get("__init__") is wrapper:
-            cls.__init__ = original
+    _wrapped.unwrap(module)
 
 
 def _pid(msg, error_index, error_pid, *rest, **kwargs):

@@ -17,15 +17,12 @@ their identity; ``__wrapped__`` is the original):
   loop until every process has exited; each call ends when a process exits (progress).
   Workers: ``self.processes``.
 """
-import wrapt
-
 from mpcompat import hang_watch
 from mpcompat.patch_table import Skip
+from mpcompat.patches.method_wrappers import WrappedMethods
 
 NAME = "torch.stuck_waits"
-# (class, attribute) -> (original, our wrapper). Per class: after importlib.reload the module
-# holds new classes, and the old ones stay patched until reverted.
-_patched = {}
+_wrapped = WrappedMethods()
 
 
 def _describe_batch(it):
@@ -107,19 +104,11 @@ def apply(module):
     if not callable(original):
         raise Skip("%s has no %s.%s" % (module.__name__, cls_name, name))
     hang_watch.arm_workers(NAME)
-    if (cls, name) in _patched:
-        return
-    ours = wrapt.FunctionWrapper(original, wrapper)
-    _patched[(cls, name)] = (original, ours)
-    setattr(cls, name, ours)
+    _wrapped.wrap(cls, name, wrapper)
 
 
 def revert(module):
     """Put back the original method of each class patched in ``module`` where ours is still in
     place (a wrapper someone put on top of ours since is left alone)."""
     hang_watch.disarm_workers(NAME)
-    for key in [k for k in _patched if k[0].__module__ == module.__name__]:
-        original, ours = _patched.pop(key)
-        cls, name = key
-        if cls.__dict__.get(name) is ours:
-            setattr(cls, name, original)
+    _wrapped.unwrap(module)

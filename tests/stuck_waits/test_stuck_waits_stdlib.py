@@ -16,7 +16,6 @@ import textwrap
 import pytest
 
 import stuck_waits_helpers as h
-from mpcompat.launcher import command_env
 from testenv import child_env
 
 WAITS = "# <-- waits"
@@ -231,12 +230,6 @@ SCENARIOS = {
 }
 
 
-def scenario_env(hang_dump):
-    """A child environment where mpcompat activates in every process (as ``mpcompat run``
-    makes it), with MPCOMPAT_HANG_DUMP set to ``hang_dump`` (None: unset)."""
-    return command_env(child_env(MPCOMPAT_HANG_DUMP=hang_dump, MPCOMPAT_WARNED=None))
-
-
 def ready_for(script_path, worker_label, count=2):
     """The test's condition to release a stuck script: ``count`` complete dumps, the last of
     which shows every worker's stuck line (when the waiting process has worker processes)."""
@@ -263,7 +256,7 @@ def runs(tmp_path_factory):
     for name, (text, args, hang_dump, label) in SCENARIOS.items():
         path = root / (name.replace("-", "_") + ".py")
         path.write_text(text)
-        started[name] = (h.Scenario(sys.executable, str(path), args, env=scenario_env(hang_dump),
+        started[name] = (h.Scenario(sys.executable, str(path), args, env=h.scenario_env(hang_dump),
                                     cwd=str(root)), str(path))
     results = {}
     try:
@@ -392,11 +385,7 @@ def test_a_forked_child_watches_its_own_waits(runs):
 def test_progress_resets_the_clock_and_other_threads_are_not_watched(tmp_path):
     path = tmp_path / "progress.py"
     path.write_text(PROGRESS)
-    scenario = h.Scenario(sys.executable, str(path), env=scenario_env("1"), cwd=str(tmp_path))
-    try:
-        rc, out, err = scenario.finish(timeout=120)
-    finally:
-        scenario.kill()
+    rc, out, err = h.run_to_end(path, "1")
     assert rc == 0 and out.strip() == "done", err
     assert "hang dump" not in err, err
 

@@ -15,7 +15,6 @@ import time
 import pytest
 
 import stuck_waits_helpers as h
-from mpcompat.launcher import command_env
 from testenv import child_env
 
 WAITS = "# <-- waits"
@@ -147,11 +146,6 @@ SCENARIOS = {
 }
 
 
-def scenario_env(hang_dump):
-    """Every process of the scenario has mpcompat active (as ``mpcompat run`` makes it)."""
-    return command_env(child_env(MPCOMPAT_HANG_DUMP=hang_dump, MPCOMPAT_WARNED=None))
-
-
 def after_mark(err):
     """The stderr written once the scenario's stuck wait started (all of it for spawn-join)."""
     return err[err.index(MARK):] if MARK in err else ""
@@ -206,7 +200,7 @@ def runs(tmp_path_factory):
     for name, (text, args, hang_dump) in SCENARIOS.items():
         path = root / (name.replace("-", "_") + ".py")
         path.write_text(text)
-        started[name] = (h.Scenario(sys.executable, str(path), args, env=scenario_env(hang_dump),
+        started[name] = (h.Scenario(sys.executable, str(path), args, env=h.scenario_env(hang_dump),
                                     cwd=str(root)), str(path))
     results = {}
     try:
@@ -279,11 +273,7 @@ def test_before_nothing_is_printed(runs):
 def test_a_loader_whose_batches_keep_coming_never_dumps(tmp_path):
     path = tmp_path / "progress.py"
     path.write_text(PROGRESS)
-    scenario = h.Scenario(sys.executable, str(path), env=scenario_env("1"), cwd=str(tmp_path))
-    try:
-        rc, out, err = scenario.finish(timeout=120)
-    finally:
-        scenario.kill()
+    rc, out, err = h.run_to_end(path, "1")
     assert rc == 0 and out.strip() == str(sum(range(12))), err
     assert "hang dump" not in err, err
 
