@@ -146,6 +146,21 @@ def leave(token):
             _current[0] = token[2]
 
 
+def call_watched(obj, kind, call, *args, **kwargs):
+    """Return ``call(*args, **kwargs)``: a wait for ``obj`` (``kind`` from :func:`kind`) that the
+    watchdog watches while it lasts (see :func:`enter`).
+
+    Once it returns or raises, its frame holds none of the arguments: a raised exception's
+    traceback keeps that frame, and a future kept by its own exception would be a cycle.
+    """
+    token = enter(obj, kind)
+    try:
+        return call(*args, **kwargs)
+    finally:
+        leave(token)
+        obj = args = kwargs = token = None
+
+
 def _start():
     with _start_lock[0]:
         if _started[0]:

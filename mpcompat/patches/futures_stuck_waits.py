@@ -66,19 +66,14 @@ _NEXT = (_describe_next, _workers, None)
 
 
 def _wrap_method(original, settled, hang_watch):
-    enter, leave, short = hang_watch.enter, hang_watch.leave, hang_watch.short
+    watched, short = hang_watch.call_watched, hang_watch.short
 
     @functools.wraps(original)
     def method(self, timeout=None):
         try:
             if self._state in settled or (timeout is not None and short(timeout)):
                 return original(self, timeout)
-            token = enter(self, _FUTURE)
-            try:
-                return original(self, timeout)
-            finally:
-                leave(token)
-                token = None
+            return watched(self, _FUTURE, original, self, timeout)
         finally:
             self = None  # as the original does: no cycle through a raised exception's frames
     setattr(method, _MARK, True)
@@ -86,17 +81,13 @@ def _wrap_method(original, settled, hang_watch):
 
 
 def _wrap_wait(original, module, hang_watch):
-    enter, leave, short = hang_watch.enter, hang_watch.leave, hang_watch.short
+    watched, short = hang_watch.call_watched, hang_watch.short
 
     @functools.wraps(original)
     def wait(fs, timeout=None, return_when=module.ALL_COMPLETED):
         if timeout is not None and short(timeout):
             return original(fs, timeout, return_when)
-        token = enter((fs, return_when), _WAIT)
-        try:
-            return original(fs, timeout, return_when)
-        finally:
-            leave(token)
+        return watched((fs, return_when), _WAIT, original, fs, timeout, return_when)
     setattr(wait, _MARK, True)
     return wait
 

@@ -68,33 +68,25 @@ _IMAP = (_describe_imap, _pool_workers, None)
 
 
 def _wrap_wait(original, hang_watch):
-    enter, leave, short = hang_watch.enter, hang_watch.leave, hang_watch.short
+    watched, short = hang_watch.call_watched, hang_watch.short
 
     @functools.wraps(original)
     def wait(self, timeout=None):
         if self._event.is_set() or (timeout is not None and short(timeout)):
             return original(self, timeout)
-        token = enter(self, _RESULT)
-        try:
-            return original(self, timeout)
-        finally:
-            leave(token)
+        return watched(self, _RESULT, original, self, timeout)
     setattr(wait, _MARK, True)
     return wait
 
 
 def _wrap_next(original, hang_watch):
-    enter, leave, short = hang_watch.enter, hang_watch.leave, hang_watch.short
+    watched, short = hang_watch.call_watched, hang_watch.short
 
     @functools.wraps(original)
     def next(self, timeout=None):
         if self._items or (timeout is not None and short(timeout)):
             return original(self, timeout)
-        token = enter(self, _IMAP)
-        try:
-            return original(self, timeout)
-        finally:
-            leave(token)
+        return watched(self, _IMAP, original, self, timeout)
     setattr(next, _MARK, True)
     return next
 

@@ -66,11 +66,7 @@ def _get_data(wrapped, instance, args, kwargs):
     timeout = getattr(instance, "_timeout", 0)
     if timeout and timeout > 0 and hang_watch.short(timeout):
         return wrapped(*args, **kwargs)
-    token = hang_watch.enter(instance, _BATCH)
-    try:
-        return wrapped(*args, **kwargs)
-    finally:
-        hang_watch.leave(token)
+    return hang_watch.call_watched(instance, _BATCH, wrapped, *args, **kwargs)
 
 
 def _join(wrapped, instance, args, kwargs):
@@ -78,11 +74,7 @@ def _join(wrapped, instance, args, kwargs):
     timeout = args[0] if args else kwargs.get("timeout")
     if timeout is not None and hang_watch.short(timeout):
         return wrapped(*args, **kwargs)
-    token = hang_watch.enter(instance, _JOIN)
-    try:
-        return wrapped(*args, **kwargs)
-    finally:
-        hang_watch.leave(token)
+    return hang_watch.call_watched(instance, _JOIN, wrapped, *args, **kwargs)
 
 
 _SLOTS = {

@@ -430,3 +430,37 @@ def test_a_bad_value_warns_once_and_stays_off(value):
     assert len(warnings) == 1, err
     assert ("MPCOMPAT_HANG_DUMP=%r is not a number of seconds: expected a positive number, "
             "e.g. MPCOMPAT_HANG_DUMP=300" % value) in warnings[0]
+
+
+FUTURE_CYCLE = textwrap.dedent("""
+    import concurrent.futures, gc, json, threading, weakref
+    import mpcompat
+    gc.disable()
+    freed = {}
+    for name in ("result", "exception"):
+        future = concurrent.futures.Future()
+        timer = threading.Timer(0.3, future.set_exception, (ValueError("late"),))
+        timer.start()
+        try:
+            getattr(future, name)()  # pending: a watched wait
+        except ValueError:
+            pass
+        timer.join()
+        ref = weakref.ref(future)
+        del future, timer
+        freed[name] = ref() is None
+    state = [p.state for p in mpcompat.status().patches
+             if p.name == "concurrent_futures.stuck_waits"]
+    print(json.dumps({"freed": freed, "state": state}))
+""")
+
+
+def test_a_watched_future_is_not_kept_alive_by_its_own_exception():
+    """Future.result() drops its frames' references so that the exception it raises (kept by
+    the future) does not tie the future to itself; the watched wait does the same."""
+    proc = subprocess.run([sys.executable, "-c", FUTURE_CYCLE],
+                          env=child_env(MPCOMPAT_HANG_DUMP="60"), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    out = json.loads(proc.stdout)
+    assert out == {"freed": {"result": True, "exception": True}, "state": ["applied"]}
