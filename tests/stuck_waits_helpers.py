@@ -138,6 +138,30 @@ def run_to_end(path, hang_dump, timeout=120):
         scenario.kill()
 
 
+def run_side_by_side(root, scenarios, release):
+    """Start every scenario of ``scenarios`` ({name: (source, args, hang_dump)}) at once, each
+    written as a script under ``root`` (a pathlib.Path); then, one after the other,
+    ``release(name, scenario, path)`` releases each (returning whether what it waited for came)
+    and the script runs to its end. Return {name: (met, rc, stdout, stderr, path)}. Every
+    scenario's session is killed at the end, whatever happened."""
+    import sys
+    started = {}
+    try:
+        for name, (source, args, hang_dump) in scenarios.items():
+            path = root / (name.replace("-", "_") + ".py")
+            path.write_text(source)
+            started[name] = (Scenario(sys.executable, str(path), args,
+                                      env=scenario_env(hang_dump), cwd=str(root)), str(path))
+        results = {}
+        for name, (scenario, path) in started.items():
+            met = release(name, scenario, path)
+            results[name] = (met,) + scenario.finish(timeout=60) + (path,)
+        return results
+    finally:
+        for scenario, _ in started.values():
+            scenario.kill()
+
+
 def dumps(text, pid=None):
     """The hang dumps in ``text``: ``[(number, pid, waited seconds, what, section text)]``.
 

@@ -251,29 +251,18 @@ def ready_for(script_path, worker_label, count=2):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Run every stuck scenario side by side; {name: (met, rc, stdout, stderr, script)}."""
-    root = tmp_path_factory.mktemp("stuck")
-    started = {}
-    for name, (text, args, hang_dump, label) in SCENARIOS.items():
-        path = root / (name.replace("-", "_") + ".py")
-        path.write_text(text)
-        started[name] = (h.Scenario(sys.executable, str(path), args, env=h.scenario_env(hang_dump),
-                                    cwd=str(root)), str(path))
-    results = {}
-    try:
-        for name, (scenario, path) in started.items():
-            hang_dump, label = SCENARIOS[name][2], SCENARIOS[name][3]
-            if hang_dump is None:
-                met = scenario.release_when(None, limit=2.5)  # dumps would have come by now
-            elif name == "forked-child":
-                met = scenario.release_when(_forked_ready(scenario, path), limit=60)
-            else:  # the ThreadPool one waits for a third dump: doubling, not every SECONDS
-                count = 3 if name == "threadpool" else 2
-                met = scenario.release_when(ready_for(path, label, count), limit=60)
-            results[name] = (met,) + scenario.finish(timeout=60) + (path,)
-    finally:
-        for scenario, _ in started.values():
-            scenario.kill()
-    return results
+    def release(name, scenario, path):
+        hang_dump, label = SCENARIOS[name][2], SCENARIOS[name][3]
+        if hang_dump is None:
+            return scenario.release_when(None, limit=2.5)  # dumps would have come by now
+        if name == "forked-child":
+            return scenario.release_when(_forked_ready(scenario, path), limit=60)
+        # the ThreadPool one waits for a third dump: doubling, not every SECONDS
+        count = 3 if name == "threadpool" else 2
+        return scenario.release_when(ready_for(path, label, count), limit=60)
+
+    scenarios = {name: spec[:3] for name, spec in SCENARIOS.items()}
+    return h.run_side_by_side(tmp_path_factory.mktemp("stuck"), scenarios, release)
 
 
 def _forked_ready(scenario, path):

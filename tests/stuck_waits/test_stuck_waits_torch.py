@@ -195,25 +195,12 @@ LABELS = {"loader-fork": "(DataLoader worker 1)", "loader-spawn": "(DataLoader w
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Run the scenarios side by side; {name: (met, rc, stdout, stderr, script)}."""
-    root = tmp_path_factory.mktemp("stuck_torch")
-    started = {}
-    for name, (text, args, hang_dump) in SCENARIOS.items():
-        path = root / (name.replace("-", "_") + ".py")
-        path.write_text(text)
-        started[name] = (h.Scenario(sys.executable, str(path), args, env=h.scenario_env(hang_dump),
-                                    cwd=str(root)), str(path))
-    results = {}
-    try:
-        for name, (scenario, path) in started.items():
-            if SCENARIOS[name][2] is None:
-                met = scenario.release_when(_stuck_for(2.5), limit=60)
-            else:
-                met = scenario.release_when(ready_for(path, name, LABELS[name]), limit=90)
-            results[name] = (met,) + scenario.finish(timeout=60) + (path,)
-    finally:
-        for scenario, _ in started.values():
-            scenario.kill()
-    return results
+    def release(name, scenario, path):
+        if SCENARIOS[name][2] is None:
+            return scenario.release_when(_stuck_for(2.5), limit=60)
+        return scenario.release_when(ready_for(path, name, LABELS[name]), limit=90)
+
+    return h.run_side_by_side(tmp_path_factory.mktemp("stuck_torch"), SCENARIOS, release)
 
 
 def check(result, name, text, what, label):
