@@ -145,7 +145,7 @@ def _child():
 
 
 def _start():
-    from mpcompat.launcher import command_env
+    from mpcompat.cli.launcher import command_env
     env = dict(os.environ)
     for name in ("MPCOMPAT_DISABLE", "MPCOMPAT_DISABLED_PATCHES"):
         env.pop(name, None)
@@ -217,7 +217,7 @@ def run(quick=False):
 def _registration_table(trip, quick):
     """The cost of one watched wait (hang_watch.call_watched around a call, over the call
     alone), in this process's main thread, against the cheapest round trip measured above."""
-    from mpcompat import hang_watch
+    from mpcompat.workers import hang_watch
     from _common import interleaved
     hang_watch._seconds[0] = 600.0
     kind, obj, loops = hang_watch.kind(repr), object(), 200000

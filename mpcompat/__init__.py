@@ -15,11 +15,11 @@ __all__ = [
 
 # Loaded on first use (PEP 562), so that activation stays cheap.
 _LAZY = {
-    "register": "mpcompat.registry",
-    "unregister": "mpcompat.registry",
-    "registered": "mpcompat.registry",
-    "registering": "mpcompat.registry",
-    "reducer": "mpcompat.registry",
+    "register": "mpcompat.pickling.registry",
+    "unregister": "mpcompat.pickling.registry",
+    "registered": "mpcompat.pickling.registry",
+    "registering": "mpcompat.pickling.registry",
+    "reducer": "mpcompat.pickling.registry",
     "explain": "mpcompat.diagnose",
     "assert_picklable": "mpcompat.diagnose",
     "per_process": "mpcompat.per_process",

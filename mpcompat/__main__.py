@@ -1,7 +1,7 @@
-"""``python -m mpcompat``: see mpcompat.cli."""
+"""``python -m mpcompat``: see mpcompat.cli.main."""
 import sys
 
-from mpcompat.cli import main
+from mpcompat.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

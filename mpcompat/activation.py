@@ -39,7 +39,7 @@ def env_disabled(environ=os.environ):
 
 def builtin_reducers():
     """Return ``{type: reducer}`` for the reducers that activation registers."""
-    from mpcompat.reducers import BUILTIN_REDUCERS
+    from mpcompat.pickling.reducers import BUILTIN_REDUCERS
     return dict(BUILTIN_REDUCERS)
 
 
@@ -101,7 +101,7 @@ def activate(*, patches=None, disabled_patches=None):
 
 
 def _activate(patches, disabled_patches, how):
-    from mpcompat import patch_table
+    from mpcompat.patching import table as patch_table
     known = [spec.name for spec in patch_table.PATCHES]
     requested = None if patches is None else parse_names(patches, "patches", known)
     if disabled_patches is None:
@@ -120,7 +120,7 @@ def _activate(patches, disabled_patches, how):
             raise RuntimeError("mpcompat cannot be activated: %s" % _state["broken"])
         config.update(requested=requested, disabled=frozenset(disabled), disabled_by=disabled_by)
         _state.update(active=True, how=how)
-        from mpcompat import importhook
+        from mpcompat.patching import importhook
         importhook.own_failure = _broken_if_own
         _register_builtins()
         live = patch_table.live_targets(os.environ)
@@ -129,9 +129,9 @@ def _activate(patches, disabled_patches, how):
                 importhook.unwatch(target, _on_target)
         for target in live:
             importhook.watch(target, _on_target)
-        if "mpcompat.patch_manager" not in sys.modules and requested is None:
+        if "mpcompat.patching.manager" not in sys.modules and requested is None:
             return  # loaded, and configured, when a target is imported
-    manager = load("mpcompat.patch_manager")
+    manager = load("mpcompat.patching.manager")
     if manager is not None:
         manager.configure(config)
 
@@ -141,12 +141,12 @@ def _register_builtins():
     if "copyreg" in sys.modules:
         _register_builtins_now()
     else:
-        from mpcompat import importhook
+        from mpcompat.patching import importhook
         importhook.watch("copyreg", _on_copyreg_imported)
 
 
 def _on_copyreg_imported(module):
-    from mpcompat import importhook
+    from mpcompat.patching import importhook
     importhook.unwatch("copyreg", _on_copyreg_imported)
     if _state["active"]:
         _register_builtins_now()
@@ -154,7 +154,7 @@ def _on_copyreg_imported(module):
 
 def _register_builtins_now():
     try:
-        from mpcompat import registry
+        from mpcompat.pickling import registry
         reducers = builtin_reducers()
     except Exception as exc:
         broken(exc)
@@ -173,7 +173,7 @@ def _on_target(module):
     """The one callback for every patch target: hand the module to the patch manager."""
     if not _state["active"]:
         return
-    manager = load("mpcompat.patch_manager")
+    manager = load("mpcompat.patching.manager")
     if manager is not None:
         manager.on_module(module, config)
 
@@ -197,17 +197,18 @@ def deactivate():
 
 
 def _switch_off():
-    from mpcompat import importhook, patch_table
+    from mpcompat.patching import importhook
+    from mpcompat.patching import table as patch_table
     for target in patch_table.all_targets():
         importhook.unwatch(target, _on_target)
     importhook.unwatch("copyreg", _on_copyreg_imported)
     _state["active"] = False
-    if "mpcompat.patch_manager" in sys.modules:
-        manager = load("mpcompat.patch_manager")
+    if "mpcompat.patching.manager" in sys.modules:
+        manager = load("mpcompat.patching.manager")
         if manager is not None:
             manager.disarm_all()
-    if "mpcompat.registry" in sys.modules and "mpcompat.reducers" in sys.modules:
-        registry, reducers = load("mpcompat.registry"), load("mpcompat.reducers")
+    if "mpcompat.pickling.registry" in sys.modules and "mpcompat.pickling.reducers" in sys.modules:
+        registry, reducers = load("mpcompat.pickling.registry"), load("mpcompat.pickling.reducers")
     else:
         registry = reducers = None
     if registry is not None and reducers is not None:
@@ -262,7 +263,7 @@ def _broken_if_own(exc):
 
 
 def describe_failure(exc):
-    """``"mpcompat/registry.py: SyntaxError: invalid syntax (registry.py, line 3)"``."""
+    """``"mpcompat/pickling/registry.py: SyntaxError: invalid syntax (registry.py, line 3)"``."""
     where = own_file(exc)
     text = "%s: %s" % (type(exc).__name__, exc)
     for char in "\r\n\0":

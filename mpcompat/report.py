@@ -42,9 +42,9 @@ class Status(object):
         self.reducers, self.builtin, self.patches = {}, set(), []
         if self.broken:
             return
-        registry = activation.load("mpcompat.registry")
-        manager = activation.load("mpcompat.patch_manager") if (
-            self.active or "mpcompat.patch_manager" in sys.modules) else None
+        registry = activation.load("mpcompat.pickling.registry")
+        manager = activation.load("mpcompat.patching.manager") if (
+            self.active or "mpcompat.patching.manager" in sys.modules) else None
         if registry is not None:
             self.reducers = dict(registry.registered())
             builtins = activation.builtin_reducers()
@@ -53,7 +53,7 @@ class Status(object):
         if manager is not None and not activation.state()["broken"]:
             self.patches = [PatchStatus(st) for st in manager.states()]
         elif not self.active:
-            from mpcompat import patch_table
+            from mpcompat.patching import table as patch_table
             self.patches = [_InactiveRow(spec) for spec in patch_table.PATCHES]
         state = activation.state()  # loading a broken part just now turns mpcompat off
         self.active, self.how, self.broken = state["active"], state["how"], state["broken"]

@@ -5,7 +5,7 @@ import sys
 
 def fail_and_record(what, message="the data is gone"):
     """Fail the way a child failing at start-up does: record the error, exit with code 3."""
-    from mpcompat import child_failures
+    from mpcompat.workers import child_failures
     from mpcompat.diagnose.notes import add_note
     try:
         raise ValueError(message)
@@ -26,7 +26,7 @@ class Unprintable(Exception):
 
 def record_unprintable():
     """record() of an exception that cannot be printed: never raises."""
-    from mpcompat import child_failures
+    from mpcompat.workers import child_failures
     child_failures.record(Unprintable())
     sys.exit(4)
 

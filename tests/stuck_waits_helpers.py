@@ -121,7 +121,7 @@ class Scenario(object):
 def scenario_env(hang_dump):
     """A child environment where mpcompat activates in every process (as ``mpcompat run``
     makes it), with MPCOMPAT_HANG_DUMP set to ``hang_dump`` (None: unset)."""
-    from mpcompat.launcher import command_env
+    from mpcompat.cli.launcher import command_env
     from testenv import child_env
     return command_env(child_env(MPCOMPAT_HANG_DUMP=hang_dump, MPCOMPAT_WARNED=None))
 

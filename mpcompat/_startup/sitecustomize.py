@@ -22,7 +22,7 @@ def _start():
     method = os.environ.get("MPCOMPAT_RUN_START_METHOD")
     if method:
         try:
-            from mpcompat.launcher import default_start_method
+            from mpcompat.cli.launcher import default_start_method
             default_start_method(method)
         except Exception as exc:
             _say("mpcompat run: could not make %r the default start method (%s: %s)"

@@ -17,7 +17,7 @@ def run_train_script(source, args=(), timeout=25):
     ``subprocess.TimeoutExpired`` after ``timeout`` seconds, and RuntimeError when the script
     printed no outcome.
     """
-    from mpcompat.launcher import command_env
+    from mpcompat.cli.launcher import command_env
     directory = tempfile.mkdtemp(prefix="mpcompat-demo-")
     path = os.path.join(directory, "train.py")
     try:

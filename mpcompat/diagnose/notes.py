@@ -11,7 +11,7 @@ Python 3.11+; on 3.8-3.10 the note is appended to the message where that is safe
 import sys
 import threading
 
-__all__ = ["add_note", "notes_of", "explanation_of", "pickling_failed", "bootstrap_failed"]
+__all__ = ["add_note", "own_message", "notes_of", "explanation_of", "pickling_failed", "bootstrap_failed"]
 
 PREFIX = "mpcompat: "
 _MARK = "_mpcompat_noted"
@@ -60,6 +60,14 @@ def add_note(exc, text):
                     for klass in type(exc).__mro__[:type(exc).__mro__.index(BaseException)])
     if plain_str and len(args) <= 1 and (not args or isinstance(args[0], str)):
         exc.args = ((args[0] + "\n" if args else "") + text,)
+
+
+def own_message(exc):
+    """``str(exc)`` without the notes mpcompat added (Python 3.8-3.10 keep them in the message)."""
+    text = str(exc)
+    for note in notes_of(exc):
+        text = text.replace("\n" + note, "").replace(note, "")
+    return text
 
 
 def notes_of(exc):

@@ -3,7 +3,7 @@ dumps the stacks of this process and of its worker processes (``MPCOMPAT_HANG_DU
 
 Off unless ``MPCOMPAT_HANG_DUMP=SECONDS`` is set: futures that take long are common and
 legitimate, and a stack dump there would be noise. When unset the patch is "not needed" and
-nothing is wrapped. See ``mpcompat.hang_watch`` for the watchdog and the dump.
+nothing is wrapped. See ``mpcompat.workers.hang_watch`` for the watchdog and the dump.
 
 On ``concurrent.futures._base`` (plain functions, ``functools.wraps``):
 - ``Future.result`` and ``Future.exception``: a call on a future that is not done, without a
@@ -21,14 +21,14 @@ process and appear in its own dump.
 import functools
 import sys
 
-from mpcompat.patch_table import Skip
+from mpcompat.patching.table import Skip
 
 NAME = "concurrent_futures.stuck_waits"
 _MARK = "_mpcompat_stuck_waits"
 
 
 def _workers(obj):
-    return sys.modules["mpcompat.hang_watch"].children()
+    return sys.modules["mpcompat.workers.hang_watch"].children()
 
 
 def _describe_future(future):
@@ -59,7 +59,7 @@ def _describe_next(state):
         state[0],)
 
 
-# What the dump says about each kind of wait (see mpcompat.hang_watch.kind).
+# What the dump says about each kind of wait (see mpcompat.workers.hang_watch.kind).
 _FUTURE = (_describe_future, _workers, None)
 _WAIT = (_describe_wait, _workers, _wait_progress)
 _NEXT = (_describe_next, _workers, None)
@@ -129,7 +129,7 @@ def apply(module):
     ``concurrent.futures._base``. "Not needed" when MPCOMPAT_HANG_DUMP is unset."""
     # Only called when MPCOMPAT_HANG_DUMP is set (the manager answers "not needed" otherwise,
     # before this module is even imported); require() checks the value.
-    from mpcompat import hang_watch
+    from mpcompat.workers import hang_watch
     hang_watch.require()
     future = _targets(module)
     for owner, name in ((future, "result"), (future, "exception"), (module, "wait"),
@@ -156,7 +156,7 @@ def apply(module):
 def revert(module):
     """Put back the original functions where ours are still in place (also on the
     ``concurrent.futures`` package)."""
-    hang_watch = sys.modules.get("mpcompat.hang_watch")
+    hang_watch = sys.modules.get("mpcompat.workers.hang_watch")
     if hang_watch is not None:
         hang_watch.disarm_workers(NAME)
     future = module.__dict__.get("Future")

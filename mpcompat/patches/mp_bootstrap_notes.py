@@ -18,7 +18,7 @@ its parent can learn it.
      says where X is bound in the script (inside ``if __name__ == "__main__":``, which the
      child skips) and the fix (see ``mpcompat.diagnose.main_guard``);
    - the error, its notes and the step that failed are recorded with
-     ``mpcompat.child_failures.record`` for the parent.
+     ``mpcompat.workers.child_failures.record`` for the parent.
    Where mpcompat was active before ``spawn._main`` started (a .pth file, ``mpcompat run``, a
    forkserver child), ``spawn._main`` is wrapped. Where the script's own ``import mpcompat``
    activates it while ``spawn._main`` already runs, a chained ``sys.excepthook`` does the same
@@ -29,7 +29,7 @@ Nothing here runs on the normal path: the wrappers are one extra call per proces
 import functools
 import sys
 
-from mpcompat.patch_table import Skip
+from mpcompat.patching.table import Skip
 
 _MARK = "_mpcompat_bootstrap_notes"
 _DONE = "_mpcompat_start_failure"
@@ -71,7 +71,7 @@ def _wrap_main(original):
 
 def start_failed(exc):
     """``exc`` is killing this child while ``spawn._main`` starts it: note what is known about
-    it, and record it for the parent (``mpcompat.child_failures``). Never raises."""
+    it, and record it for the parent (``mpcompat.workers.child_failures``). Never raises."""
     try:
         if exc.__dict__.get(_DONE):
             return
@@ -84,7 +84,7 @@ def start_failed(exc):
     except Exception:
         pass
     try:
-        from mpcompat import child_failures
+        from mpcompat.workers import child_failures
         child_failures.record(exc, what=_step(exc.__traceback__))
     except Exception:
         pass

@@ -13,7 +13,7 @@ their error; a result that cannot be pickled is named.
    pool is broken: it starts no new workers, its pending results fail with
    :class:`BrokenPool`, and so do the tasks sent to it later (the worker-handler thread takes
    them off the task queue and fails them). The error names the children's own error, which
-   they record with ``mpcompat.child_failures``. Workers that exit with code 0 (at
+   they record with ``mpcompat.workers.child_failures``. Workers that exit with code 0 (at
    ``maxtasksperchild``) or are killed by a signal are replaced as before; a ThreadPool is not
    watched.
 
@@ -33,7 +33,7 @@ import functools
 import sys
 import threading
 
-from mpcompat.patch_table import Skip
+from mpcompat.patching.table import Skip
 
 __all__ = ["MIN_FAILURES", "apply", "revert"]
 
@@ -46,7 +46,7 @@ _local = threading.local()  # .watch: the _Watch of the pool whose worker handle
 
 def _record(exc, what):
     try:
-        from mpcompat import child_failures
+        from mpcompat.workers import child_failures
         child_failures.record(exc, what=what)
     except Exception:
         pass
@@ -287,13 +287,13 @@ class _Watch(object):
 
     def _forget(self):
         if self.failed:
-            from mpcompat import child_failures
+            from mpcompat.workers import child_failures
             for pid, _ in self.failed:
                 child_failures.take(pid)  # deletes the record
         self.failed = []
 
     def _break(self, pool, inqueue):
-        from mpcompat import child_failures
+        from mpcompat.workers import child_failures
         self.pids = [pid for pid, _ in self.failed]
         self.exitcodes = [code for _, code in self.failed]
         self.message = _message(self.pids, self.exitcodes)
@@ -328,7 +328,7 @@ class _Watch(object):
         """Join the workers that still exit after the pool broke (they are not replaced)."""
         before = pool[:]
         if self.cls._join_exited_workers(pool):
-            from mpcompat import child_failures
+            from mpcompat.workers import child_failures
             for w in before:
                 if w not in pool and w.pid is not None:
                     child_failures.take(w.pid)

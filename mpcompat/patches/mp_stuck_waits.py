@@ -3,7 +3,7 @@ the stacks of this process and of the pool's worker processes (``MPCOMPAT_HANG_D
 
 Off unless ``MPCOMPAT_HANG_DUMP=SECONDS`` is set: long Pool tasks are common and legitimate,
 and a stack dump there would be noise. When unset the patch is "not needed" and nothing is
-wrapped. See ``mpcompat.hang_watch`` for the watchdog and the dump.
+wrapped. See ``mpcompat.workers.hang_watch`` for the watchdog and the dump.
 
 On ``multiprocessing.pool`` (plain functions, ``functools.wraps``; the classes keep their
 identity):
@@ -23,7 +23,7 @@ so that its parent can ask for its stacks; forked children inherit it.
 import functools
 import sys
 
-from mpcompat.patch_table import Skip
+from mpcompat.patching.table import Skip
 
 NAME = "multiprocessing.stuck_waits"
 _MARK = "_mpcompat_stuck_waits"
@@ -62,7 +62,7 @@ def _map_progress(result):
     return getattr(result, "_number_left", None)
 
 
-# What the dump says about each kind of wait (see mpcompat.hang_watch.kind).
+# What the dump says about each kind of wait (see mpcompat.workers.hang_watch.kind).
 _RESULT = (_describe_result, _pool_workers, _map_progress)
 _IMAP = (_describe_imap, _pool_workers, None)
 
@@ -106,7 +106,7 @@ def apply(module):
     register the stack-dump handler. "Not needed" when MPCOMPAT_HANG_DUMP is unset."""
     # Only called when MPCOMPAT_HANG_DUMP is set (the manager answers "not needed" otherwise,
     # before this module is even imported); require() checks the value.
-    from mpcompat import hang_watch
+    from mpcompat.workers import hang_watch
     hang_watch.require()
     if module.__name__ != "multiprocessing.pool":
         hang_watch.arm_workers(NAME)
@@ -125,7 +125,7 @@ def apply(module):
 def revert(module):
     """Put back the original functions where ours are still in place; on
     ``multiprocessing.process``, unregister the handler (unless another patch still wants it)."""
-    hang_watch = sys.modules.get("mpcompat.hang_watch")
+    hang_watch = sys.modules.get("mpcompat.workers.hang_watch")
     if module.__name__ != "multiprocessing.pool":
         if hang_watch is not None:
             hang_watch.disarm_workers(NAME)

@@ -11,8 +11,8 @@ import DetectionConfig`` see it. After the original ``__init__`` ran, a ``dict_k
 left as it is. ``deserialize`` and both ``config_factory`` functions build configs through
 ``__init__``, so they are covered too.
 """
-from mpcompat.patch_table import Skip
-from mpcompat.patches.method_wrappers import WrappedMethods
+from mpcompat.patching.table import Skip
+from mpcompat.patching.method_wrappers import WrappedMethods
 
 _DICT_KEYS = type({}.keys())
 _wrapped = WrappedMethods()

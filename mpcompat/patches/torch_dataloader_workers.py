@@ -22,15 +22,15 @@ Two targets, two changes:
 - ``torch.utils.data.dataloader``: ``_MultiProcessingDataLoaderIter._try_get_data`` (the method
   that raises "DataLoader worker (pid(s) ...) exited unexpectedly" in torch 1.9 to 2.13) is
   wrapped with a ``wrapt.FunctionWrapper``; that error gains, once, the cause a worker recorded
-  before dying while starting up (``mpcompat.child_failures``: e.g. a Dataset class defined
+  before dying while starting up (``mpcompat.workers.child_failures``: e.g. a Dataset class defined
   under the main guard, which spawn workers cannot unpickle).
 """
 import functools
 import re
 import sys
 
-from mpcompat.patch_table import Skip
-from mpcompat.patches.method_wrappers import WrappedMethods
+from mpcompat.patching.table import Skip
+from mpcompat.patching.method_wrappers import WrappedMethods
 
 WORKER = "torch.utils.data._utils.worker"
 LOADER = "torch.utils.data.dataloader"
@@ -202,7 +202,7 @@ def _try_get_data_wrapper(wrapped, instance, args, kwargs):
 
 
 def _name_cause(exc):
-    """Add the note from ``mpcompat.child_failures`` for the dead workers to ``exc``, once."""
+    """Add the note from ``mpcompat.workers.child_failures`` for the dead workers to ``exc``, once."""
     try:
         if exc.__dict__.get(_NOTED):
             return
@@ -217,7 +217,7 @@ def _name_cause(exc):
             if found is not None:
                 pids += [int(p) for p in re.findall(r"[0-9]+", found.group(1)) if int(p)
                          not in pids]
-        from mpcompat import child_failures
+        from mpcompat.workers import child_failures
         note = child_failures.note_for(pids, "DataLoader worker")
         if note:
             from mpcompat.diagnose.notes import add_note

@@ -5,14 +5,14 @@ A spawn child that fails before ``fn`` runs (the main module cannot be imported 
 arguments cannot be unpickled: a class defined under ``if __name__ == "__main__":``) never
 reaches torch's error reporting, and ``ProcessContext.join`` raises only
 ``ProcessExitedException("process 0 terminated with exit code 1")``. The child records its
-start-up failure (``mpcompat.child_failures``, through the ``multiprocessing.bootstrap_notes``
+start-up failure (``mpcompat.workers.child_failures``, through the ``multiprocessing.bootstrap_notes``
 patch); this patch wraps ``ProcessExitedException.__init__`` with a ``wrapt.FunctionWrapper``
 (same signature, class identity unchanged) so that the exception, built by ``join`` once the
 child has exited, gains a note with that cause and the fix. Exceptions of children that
 recorded nothing (killed by a signal, ``sys.exit(3)`` in ``fn``) are left as they are.
 """
-from mpcompat.patch_table import Skip
-from mpcompat.patches.method_wrappers import WrappedMethods
+from mpcompat.patching.table import Skip
+from mpcompat.patching.method_wrappers import WrappedMethods
 
 _wrapped = WrappedMethods()
 
@@ -40,7 +40,7 @@ def _init_wrapper(wrapped, instance, args, kwargs):
     wrapped(*args, **kwargs)
     try:
         pid = _pid(*args, **kwargs)
-        from mpcompat import child_failures
+        from mpcompat.workers import child_failures
         note = child_failures.note_for([pid], "torch.multiprocessing.spawn process")
         if note:
             from mpcompat.diagnose.notes import add_note

@@ -4,7 +4,7 @@ waited for too long dumps the stacks of this process and of its workers
 
 Off unless ``MPCOMPAT_HANG_DUMP=SECONDS`` is set: a spawn join lasts a whole training run and
 a slow dataset can take long per batch, so a stack dump would be noise by default. When unset
-the patch is "not needed" and nothing is wrapped. See ``mpcompat.hang_watch`` for the watchdog
+the patch is "not needed" and nothing is wrapped. See ``mpcompat.workers.hang_watch`` for the watchdog
 and the dump.
 
 Two library methods are wrapped in place with ``wrapt.FunctionWrapper`` (the classes keep
@@ -17,9 +17,9 @@ their identity; ``__wrapped__`` is the original):
   loop until every process has exited; each call ends when a process exits (progress).
   Workers: ``self.processes``.
 """
-from mpcompat import hang_watch
-from mpcompat.patch_table import Skip
-from mpcompat.patches.method_wrappers import WrappedMethods
+from mpcompat.workers import hang_watch
+from mpcompat.patching.table import Skip
+from mpcompat.patching.method_wrappers import WrappedMethods
 
 NAME = "torch.stuck_waits"
 _wrapped = WrappedMethods()
@@ -56,7 +56,7 @@ def _spawn_workers(context):
             for i, p in enumerate(list(getattr(context, "processes", None) or ()))]
 
 
-# What the dump says about each kind of wait (see mpcompat.hang_watch.kind).
+# What the dump says about each kind of wait (see mpcompat.workers.hang_watch.kind).
 _BATCH = hang_watch.kind(_describe_batch, _loader_workers)
 _JOIN = hang_watch.kind(_describe_join, _spawn_workers)
 

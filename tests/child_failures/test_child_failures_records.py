@@ -1,4 +1,4 @@
-"""mpcompat.child_failures: a child records why it failed, its parent takes the record.
+"""mpcompat.workers.child_failures: a child records why it failed, its parent takes the record.
 
 Real child processes (fork, spawn, forkserver) record; the test process is their parent.
 Tests that need a directory of their own run in a child interpreter with TMPDIR set.
@@ -14,7 +14,7 @@ import time
 import pytest
 
 import child_failures_helpers as h
-from mpcompat import child_failures
+from mpcompat.workers import child_failures
 from testenv import child_env, run_python
 
 METHODS = ["fork", "spawn", "forkserver"]
@@ -120,7 +120,7 @@ def test_a_record_of_another_parent_or_an_earlier_process_is_not_taken():
 OWN_DIR = """
 import multiprocessing, os, sys, time, tempfile
 import child_failures_helpers as h
-from mpcompat import child_failures
+from mpcompat.workers import child_failures
 directory = os.path.join(tempfile.gettempdir(), "mpcompat-%d" % os.getuid())
 print("exists after import:", os.path.exists(directory))
 old = os.path.join(directory, "1.json")
@@ -160,9 +160,9 @@ def test_directory_is_private_and_pruned(tmp_path, case):
 
 
 def test_import_costs_nothing():
-    code = ("import sys, mpcompat; before = set(sys.modules); import mpcompat.child_failures; "
+    code = ("import sys, mpcompat; before = set(sys.modules); import mpcompat.workers.child_failures; "
             "print(sorted(set(sys.modules) - before))")
     result = subprocess.run([sys.executable, "-c", code], env=child_env(MPCOMPAT_DISABLE="1"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             universal_newlines=True, timeout=60)
-    assert result.stdout.strip() == "['mpcompat.child_failures']", result.stderr
+    assert result.stdout.strip() == "['mpcompat.workers.child_failures']", result.stderr

@@ -1,6 +1,6 @@
 """multiprocessing.bootstrap_notes in spawn and forkserver children that fail while starting:
 the child's traceback explains a name missing from ``__mp_main__``, and the error is recorded
-for the parent (mpcompat.child_failures). Real scripts, run in a child interpreter, with
+for the parent (mpcompat.workers.child_failures). Real scripts, run in a child interpreter, with
 mpcompat activated by the script's own ``import mpcompat`` or at start-up (``mpcompat run``),
 and without it (``MPCOMPAT_DISABLE=1``)."""
 import json
@@ -32,7 +32,7 @@ if __name__ == "__main__":
     globals()["Made"] = Alias             # ... but found in the parent's __main__
 
     import json
-    from mpcompat import child_failures
+    from mpcompat.workers import child_failures
     for method, arg in (("spawn", Task()), ("forkserver", Task()), ("spawn", Alias())):
         process = multiprocessing.get_context(method).Process(target=work, args=(arg,))
         process.start()
@@ -47,7 +47,7 @@ import multiprocessing
 import sys
 if sys.argv[1] == "import":
     import mpcompat
-from mpcompat import child_failures
+from mpcompat.workers import child_failures
 
 
 def work():

@@ -251,7 +251,7 @@ def test_start_up_defers_copyreg_registry_and_patch_manager():
     print(sorted(m for m in sys.modules if m.startswith("mpcompat") or m == "copyreg"))
     import pickle  # imports copyreg: the built-in reducers are registered right then
     print(type(pickle.loads(pickle.dumps({"a": 1}.keys()))).__name__)
-    print("mpcompat.patch_manager" in sys.modules)
+    print("mpcompat.patching.manager" in sys.modules)
     import multiprocessing.reduction  # a patch target: the manager arms the patches
     rows = {p.name: p.state for p in mpcompat.status().patches}
     print("multiprocessing.pickling_notes", rows["multiprocessing.pickling_notes"])
@@ -259,8 +259,8 @@ def test_start_up_defers_copyreg_registry_and_patch_manager():
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert eval(lines[0]) == ["mpcompat", "mpcompat.activation", "mpcompat.importhook",
-                              "mpcompat.patch_table"]
+    assert eval(lines[0]) == ["mpcompat", "mpcompat.activation", "mpcompat.patching.importhook",
+                              "mpcompat.patching.table"]
     assert lines[1:] == ["dict_keys", "False", "multiprocessing.pickling_notes applied"]
 
 

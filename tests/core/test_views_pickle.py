@@ -17,7 +17,8 @@ import numpy
 import pytest
 
 import mpcompat
-from mpcompat import reducers, rebuild_views
+from mpcompat import rebuild_views
+from mpcompat.pickling import reducers
 from workers import VIEW_KINDS, canon, make_view, view_types
 
 # pickle._Pickler as the standard library has it, even if dill was imported

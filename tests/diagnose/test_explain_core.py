@@ -342,7 +342,7 @@ def test_hint_generic_and_reference_mismatch():
 # --- command line ------------------------------------------------------------------------------
 
 def test_cli_exit_codes(capsys):
-    from mpcompat.cli import main
+    from mpcompat.cli.main import main
     assert main(["explain", "diagnose_workers:FINE"]) == 0
     assert capsys.readouterr().out.strip() == "FINE can be pickled."
     assert main(["explain", "diagnose_workers:BROKEN", "--limit", "5"]) == 1

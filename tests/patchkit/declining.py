@@ -1,5 +1,5 @@
 """A patch that declines with ``Skip``."""
-from mpcompat.patch_table import Skip
+from mpcompat.patching.table import Skip
 
 
 def apply(module):

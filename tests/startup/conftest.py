@@ -91,7 +91,7 @@ class Venv(object):
         """argv prefix ``mpcompat run OPTIONS -- <this python>``, the launcher run from the
         checkout: mpcompat is importable in the launcher process only (the test gives its
         children no PYTHONPATH), so what activates it in them comes from ``mpcompat run``."""
-        code = ("import sys; sys.path.insert(0, %r); from mpcompat.cli import main; "
+        code = ("import sys; sys.path.insert(0, %r); from mpcompat.cli.main import main; "
                 "sys.exit(main())" % REPO)
         return ["python", "-c", code, "run"] + list(options) + ["--", self.python]
 

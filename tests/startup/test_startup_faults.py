@@ -74,7 +74,7 @@ def _loaded_files(venv, program):
 def test_every_loaded_file_broken_in_turn_costs_one_line_and_turns_mpcompat_off(faulty):
     venv, program = faulty
     files = _loaded_files(venv, program)
-    assert "mpcompat/registry.py" in files and "mpcompat/patch_manager.py" in files
+    assert "mpcompat/pickling/registry.py" in files and "mpcompat/patching/manager.py" in files
     assert "mpcompat/diagnose/walker.py" in files and "mpcompat/per_process.py" in files
     failures = []
     for relpath in files:

@@ -9,21 +9,21 @@ import sys
 # subcommand -> (module, one-line help, examples); the module provides add_arguments(parser)
 # and main(args) -> exit code.
 COMMANDS = {
-    "status": ("mpcompat.cli_status", "print what mpcompat does in this interpreter",
+    "status": ("mpcompat.cli.status", "print what mpcompat does in this interpreter",
                ["mpcompat status", "MPCOMPAT_DISABLE=1 mpcompat status"]),
     "demo": ("mpcompat.demo",
              "run the failure scenarios in child processes, without and with mpcompat",
              ["mpcompat demo", "mpcompat demo --list", "mpcompat demo 1 3",
               "mpcompat demo nuscenes -v"]),
-    "explain": ("mpcompat.diagnose.cli", "explain why module:attribute cannot be pickled",
+    "explain": ("mpcompat.cli.explain", "explain why module:attribute cannot be pickled",
                 ["mpcompat explain mypkg.data:train_dataset",
                  "mpcompat explain train:loader.dataset --limit 20"]),
-    "run": ("mpcompat.launcher", "run a command with mpcompat active in it and its children",
+    "run": ("mpcompat.cli.launcher", "run a command with mpcompat active in it and its children",
             ["mpcompat run -- python train.py",
              "mpcompat run --start-method spawn -- python train.py --launcher pytorch"]),
-    "enable": ("mpcompat.autostart_cli", "turn auto-activation at interpreter start on",
+    "enable": ("mpcompat.cli.autostart", "turn auto-activation at interpreter start on",
                ["mpcompat enable"]),
-    "disable": ("mpcompat.autostart_cli", "turn auto-activation at interpreter start off",
+    "disable": ("mpcompat.cli.autostart", "turn auto-activation at interpreter start off",
                 ["mpcompat disable", "python -c \"import mpcompat\"  # still activates it"]),
 }
 # 128 + SIGPIPE: what a command killed by a closed pipe exits with.

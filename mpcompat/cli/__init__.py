@@ -1,0 +1,1 @@
+"""The mpcompat command line."""

@@ -1,0 +1,1 @@
+"""The patch machinery: import hook, patch table, patch manager, versions."""

@@ -1,0 +1,1 @@
+"""Pickling: the reducer registry, the built-in reducers, per-process handles."""

@@ -1,0 +1,1 @@
+"""Worker guards: child failure records, stuck-wait dumps."""
