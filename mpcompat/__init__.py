@@ -10,7 +10,7 @@ __all__ = [
     "activate", "deactivate", "is_active", "status",
     "register", "unregister", "registered", "registering", "reducer",
     "explain", "assert_picklable", "per_process",
-    "MpcompatWarning", "PatchUnavailable", "BrokenPool",
+    "MpcompatWarning", "PatchUnavailable", "BrokenPool", "WorkerLostError",
 ]
 
 # Loaded on first use (PEP 562), so that activation stays cheap.
@@ -22,10 +22,11 @@ _LAZY = {
     "reducer": "mpcompat.pickling.registry",
     "explain": "mpcompat.diagnose",
     "assert_picklable": "mpcompat.diagnose",
-    "per_process": "mpcompat.per_process",
+    "per_process": "mpcompat.pickling.per_process",
     "MpcompatWarning": "mpcompat.errors",
     "PatchUnavailable": "mpcompat.errors",
     "BrokenPool": "mpcompat.errors",
+    "WorkerLostError": "mpcompat.errors",
 }
 
 

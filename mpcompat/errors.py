@@ -38,6 +38,22 @@ class BrokenPool(RuntimeError):
                 self.__dict__)
 
 
+class WorkerLostError(RuntimeError):
+    """Raised by the result of a ``multiprocessing.Pool`` task whose worker process died while
+    running it (the ``multiprocessing.pool_workers`` patch). ``pid`` and ``exitcode`` are the
+    worker's; the message names the exit code or signal and its likely cause. The pool goes on
+    with a new worker: other tasks are not affected.
+    """
+
+    def __init__(self, message, pid=None, exitcode=None):
+        RuntimeError.__init__(self, message)
+        self.pid, self.exitcode = pid, exitcode
+
+    def __reduce__(self):
+        return (type(self), (self.args[0] if self.args else "", self.pid, self.exitcode),
+                self.__dict__)
+
+
 def warn_once(message, key=None):
     """Warn with ``message`` unless this process or an ancestor already did; return whether it
     warned. ``key`` (default: the message) decides what counts as the same warning."""

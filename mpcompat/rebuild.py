@@ -77,7 +77,7 @@ def rebuild_per_process(factory, args, kwargs, on_fork=None):
     the default. The recipe was checked where the object was made; here a ``(module, name)``
     pair is imported, and the factory is not called (that happens on first use).
     """
-    from mpcompat.per_process import rebuild
+    from mpcompat.pickling.per_process import rebuild
     return rebuild(factory, args, kwargs, on_fork)
 
 

@@ -95,8 +95,12 @@ def worker_pids(pool):
 
 
 def is_broken(pool):
-    """Whether mpcompat declared ``pool`` broken (its workers are replaced by a stand-in)."""
-    return any(type(p).__name__ == "_StandIn" for p in list(pool._pool))
+    """Whether mpcompat declared ``pool`` broken (it refuses new work with BrokenPool)."""
+    try:
+        pool._check_running()
+    except Exception as exc:
+        return type(exc).__name__ == "BrokenPool"
+    return False
 
 
 def wait_for(condition, timeout):
@@ -157,3 +161,35 @@ def _kill_group(child, leftovers_only=False):
 def flat(text):
     """``text`` with all whitespace runs made single spaces (reports wrap long lines)."""
     return " ".join(text.split())
+
+
+# --- tasks whose worker dies, and other ways to lose a task (run in the workers) -----------------
+
+def die(how):
+    """A task that kills its worker as ``how`` says (SIGKILL, SIGSEGV, exit3, exit1); else
+    doubles ``how``."""
+    import signal
+    if how in ("SIGKILL", "SIGSEGV"):
+        os.kill(os.getpid(), getattr(signal, how))
+        time.sleep(10)
+    if how in ("exit3", "exit1"):
+        os._exit(int(how[-1]))
+    return 2 * how
+
+
+def wait_for_service(ready_at):
+    """An initializer that fails (ConnectionRefusedError) until the time ``ready_at``."""
+    if time.time() < ready_at:
+        raise ConnectionRefusedError("the service is not up yet")
+
+
+class WeirdError(Exception):
+    """An exception pickle cannot rebuild: its __init__ takes two arguments, it passes one."""
+
+    def __init__(self, a, b):
+        Exception.__init__(self, "%s and %s" % (a, b))
+
+
+def raise_weird(x):
+    """A task that raises WeirdError."""
+    raise WeirdError(x, x)

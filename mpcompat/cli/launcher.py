@@ -14,7 +14,7 @@ from mpcompat.autostart import PACKAGE_PARENT, site_dirs
 
 START_METHODS = ("spawn", "forkserver", "fork")
 START_METHOD_VAR = "MPCOMPAT_RUN_START_METHOD"  # read by mpcompat/_startup/sitecustomize.py
-STARTUP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_startup")
+STARTUP_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_startup")
 
 
 def add_arguments(parser):

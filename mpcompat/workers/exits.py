@@ -1,0 +1,36 @@
+"""How a worker process ended, said for a person: the exit code or signal by name, and what
+usually causes it."""
+import signal
+
+_HINTS = {
+    "SIGKILL": "SIGKILL usually means the machine ran out of memory (the kernel's OOM killer "
+               "logs it: check `dmesg` or `journalctl -k`) or something outside killed it",
+    "SIGSEGV": "SIGSEGV is a crash in native code (an extension such as OpenCV or a custom "
+               "op); run with PYTHONFAULTHANDLER=1 to get the Python stack of the crash",
+    "SIGBUS": "SIGBUS is often shared memory running out (/dev/shm too small)",
+    "SIGABRT": "SIGABRT is an abort in native code; run with PYTHONFAULTHANDLER=1 to get the "
+               "Python stack",
+}
+
+
+def describe_exit(exitcode):
+    """``"killed by signal 9 (SIGKILL)"``, ``"exit code 3"`` or ``"still running"``."""
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            return "killed by signal %d" % -exitcode
+        return "killed by signal %d (%s)" % (-exitcode, name)
+    return "exit code %d" % exitcode
+
+
+def exit_hint(exitcode):
+    """The likely cause of such an end, or "" when there is nothing general to say."""
+    if exitcode is None or exitcode >= 0:
+        return ""
+    try:
+        return _HINTS.get(signal.Signals(-exitcode).name, "")
+    except ValueError:
+        return ""
