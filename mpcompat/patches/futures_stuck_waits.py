@@ -100,17 +100,18 @@ def _wrap_as_completed(original, hang_watch):
         steps = original(fs, timeout)
         watched = timeout is None or not short(timeout)
         state = [0]
+        box = []  # the future on its way out: the frame holds none across the yield
         try:
             while True:
                 token = enter(state, _NEXT) if watched else None
                 try:
-                    future = next(steps)
+                    box.append(next(steps))
                 except StopIteration:
                     return
                 finally:
                     leave(token)
                 state[0] += 1
-                yield future
+                yield box.pop()
         finally:
             steps.close()
     setattr(as_completed, _MARK, True)

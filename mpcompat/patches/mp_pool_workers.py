@@ -1,15 +1,17 @@
 """Patch ``multiprocessing.pool_workers``: a Pool never loses a task, never respawns dying
 workers forever, and names what it cannot send back.
 
-One mechanism, billiard's: **each worker acknowledges the task it takes.** The worker's task
-queue, as the worker function sees it, sends ``(pid, job, index)`` on the result pipe right after
-taking a task and before running it. The parent's result-handler thread reads those
-acknowledgements, so it knows at every moment which task each worker holds. When the
-worker-handler thread reaps a dead worker, it sends a death notice down the same pipe: the
-result handler reads it after everything the dead worker sent (the pipe keeps order), so a
-task still held then is lost, and its result fails at once with :class:`WorkerLostError`
-(pid, exit code or signal by name, the likely cause, the worker's own recorded error). The
-pool replaces the worker as before and goes on.
+One mechanism, billiard's: **each worker acknowledges the task it takes.** The parent gives
+every worker process it starts a slot in a small shared-memory array (one per pool, a slot per
+worker, handed over on the Process object, so every start method carries it). Right after
+taking a task, before running it, the worker writes ``(job, index, busy)`` there; it clears
+``busy`` just before sending the result. No message and no system call per task: a few stores
+to shared memory. When the worker-handler thread reaps a worker that died with ``busy`` set,
+the task is lost: a death notice goes down the result pipe, and the result handler fails that
+task at once with :class:`WorkerLostError` (pid, exit code or signal by name, the likely cause,
+the worker's own recorded error). The pool replaces the worker as before and goes on. A worker
+whose module is not patched (mpcompat inactive in it) ignores the slot: nothing breaks, and
+its lost tasks hang as they do without mpcompat.
 
 What else each part covers:
 
@@ -47,23 +49,50 @@ MIN_FAILURES = 3  # and at least max(MIN_FAILURES, processes) of them in a row
 TASK_STAGE = "running a task"
 # Messages of mpcompat on the result pipe: (None, kind, data). A result handler that is not
 # ours reads them as results of job None, which it ignores.
-_ACK, _DEATH, _BREAK = 0, 1, 2
+_DEATH, _BREAK = 1, 2
+SLOT_ATTRIBUTE = "_mpcompat_slot"  # on a worker's Process object: (shared array, slot number)
 
 patcher = Patcher()
 _local = threading.local()  # .tracker, in the worker-handler thread of a process pool
-_trackers = {}              # id(pool cache) -> _Tracker
+_trackers = {}              # id(pool result queue) -> _Tracker
 _trackers_lock = threading.Lock()
 
 
 # --- the worker's side ----------------------------------------------------------------------
 
-class _Tasks(object):
-    """A worker's task queue as the worker function sees it: each task taken is acknowledged
-    to the parent before it runs; a task that cannot be unpickled fails as its own result."""
+class _Slot(object):
+    """A worker's slot in its pool's shared array: ``[job, index, busy, tasks taken]``."""
 
-    def __init__(self, inqueue, outqueue):
-        self._inqueue, self._put = inqueue, outqueue.put
-        self._pid = os.getpid()
+    def __init__(self, array, index):
+        self.array, self.base = array, 4 * index
+
+    def took(self, job, index):
+        """Say which task this worker runs now."""
+        array, base = self.array, self.base
+        array[base], array[base + 1] = job, index
+        array[base + 3] += 1
+        array[base + 2] = 1
+
+    def done(self):
+        """The task's result is being sent: it is no longer at risk."""
+        self.array[self.base + 2] = 0
+
+    def read(self):
+        """``(job, index, busy, tasks taken)``."""
+        base = self.base
+        return tuple(self.array[base:base + 4])
+
+    def clear(self):
+        """Make the slot new, for the next worker."""
+        self.array[self.base:self.base + 4] = [0, 0, 0, 0]
+
+
+class _Tasks(object):
+    """A worker's task queue as the worker function sees it: each task taken is written to the
+    worker's slot before it runs; a task that cannot be unpickled fails as its own result."""
+
+    def __init__(self, inqueue, outqueue, slot):
+        self._inqueue, self._put, self._slot = inqueue, outqueue.put, slot
         self.what = "starting"
 
     def __getattr__(self, name):  # _reader, _writer, ... as the real queue has them
@@ -82,7 +111,8 @@ class _Tasks(object):
                 continue
             if task is not None:
                 self.what = TASK_STAGE
-                self._put((None, _ACK, (self._pid, task[0], task[1])))
+                if self._slot is not None:
+                    self._slot.took(task[0], task[1])
             return task
 
     def _unreadable(self, data, exc):
@@ -102,6 +132,22 @@ class _Tasks(object):
             raise exc
 
 
+class _Results(object):
+    """A worker's result queue as the worker function sees it: a result on its way clears the
+    worker's slot first."""
+
+    def __init__(self, outqueue, slot):
+        self._outqueue, self._slot = outqueue, slot
+
+    def __getattr__(self, name):
+        return getattr(self._outqueue, name)
+
+    def put(self, obj):
+        """Clear the slot, then send ``obj`` as ``SimpleQueue.put`` does."""
+        self._slot.done()
+        self._outqueue.put(obj)
+
+
 def _make_worker(original):
     """``multiprocessing.pool.worker``, the same function as far as pickle can tell (a Process
     target, sent by reference to spawn and forkserver children)."""
@@ -111,7 +157,12 @@ def _make_worker(original):
                wrap_exception=False):
         if not hasattr(inqueue, "_reader"):  # a ThreadPool's thread
             return original(inqueue, outqueue, initializer, initargs, maxtasks, wrap_exception)
-        tasks = _Tasks(inqueue, outqueue)
+        import multiprocessing
+        slot = getattr(multiprocessing.current_process(), SLOT_ATTRIBUTE, None)
+        slot = _Slot(*slot) if slot is not None else None
+        tasks = _Tasks(inqueue, outqueue, slot)
+        if slot is not None:
+            outqueue = _Results(outqueue, slot)
         if initializer is not None:
             user_initializer = initializer
 
@@ -134,108 +185,64 @@ def _make_worker(original):
 # --- the parent's side ------------------------------------------------------------------------
 
 class _Tracker(object):
-    """What the parent knows of one process pool's workers: the task each one holds (read by
-    the result-handler thread) and the start-up failures (seen by the worker-handler thread)."""
+    """What the parent knows of one process pool's workers: their slots (which task each one
+    holds) and the start-up failures (the worker-handler thread's), and the result-handler
+    thread's side of the death notices."""
 
-    def __init__(self, cache, outqueue):
-        self.cache, self.outqueue = cache, outqueue
-        self.held = {}        # worker pid -> (job, index) it took and has not answered
-        self.holder = {}      # (job, index) -> worker pid
-        self.taken = 0        # tasks taken so far (progress, for the start-up rule)
-        self.working = set()  # pids of live workers that took a task
-        self.workers = None   # the pool's list of worker processes
-        self.processes = 1
+    def __init__(self, outqueue, processes):
+        from multiprocessing.sharedctypes import RawArray
+        self.outqueue, self.processes = outqueue, processes
+        self.array = RawArray("q", 4 * processes)
+        self.free = list(range(processes))
+        self.slots = {}       # worker Process -> its _Slot
+        self.taken = 0        # tasks taken by workers reaped so far
+        self.cache = self.workers = self.inqueue = None
         self.failures = []    # (pid, exitcode, record) of start-up failures in a row
-        self.since = None     # (time, self.taken) at the first of them
+        self.since = None     # (time, progress) at the first of them
         self.broken = None    # (message, pids, exitcodes, note) once broken
 
-    # The result-handler thread.
-    def reader(self, connection):
-        """A ``get`` for ``Pool._handle_results`` that handles mpcompat's messages itself."""
-        receive = getattr(connection, "_recv_bytes", None)
-        if receive is None:  # pragma: no cover (every CPython 3.8-3.15 has it)
-            receive = connection.recv_bytes
-        loads, holder, held = ForkingPickler.loads, self.holder, self.held
+    # Pool.__init__ and the worker-handler thread: starting workers.
+    def starting(self, Process):
+        """A ``Pool.Process`` that gives each worker it makes a slot."""
+        def make(ctx, *args, **kwargs):
+            worker = Process(ctx, *args, **kwargs)
+            if self.free:
+                index = self.free.pop()
+                slot = self.slots[worker] = _Slot(self.array, index)
+                slot.clear()
+                setattr(worker, SLOT_ATTRIBUTE, (self.array, index))
+            return worker
+        return make
 
-        def get():
-            while True:
-                data = receive()
-                if not isinstance(data, bytes):
-                    data = data.getbuffer()
-                try:
-                    message = loads(data)
-                except Exception as exc:
-                    self._unreadable(bytes(data), exc)
-                    continue
-                if message.__class__ is tuple and len(message) == 3:
-                    if message[0] is None:
-                        self._notice(message[1], message[2])
-                        continue
-                    pid = holder.pop((message[0], message[1]), None)
-                    if pid is not None:
-                        held.pop(pid, None)
-                return message
-        return get
+    def progress(self):
+        """Tasks taken so far by this pool's workers."""
+        return self.taken + sum(slot.read()[3] for slot in list(self.slots.values()))
 
-    def _notice(self, kind, data):
-        if kind == _ACK:
-            pid, job, index = data
-            self.held[pid] = (job, index)
-            self.holder[(job, index)] = pid
-            self.taken += 1
-            self.working.add(pid)
-        elif kind == _DEATH:
-            pid, exitcode, record = data
-            self.working.discard(pid)
-            ids = self.held.pop(pid, None)
-            if ids is not None:
-                self.holder.pop(ids, None)
-                self._fail(ids[0], ids[1], _lost(pid, exitcode, record))
-        elif kind == _BREAK:
-            for job, result in list(self.cache.items()):
-                _fail_whole(self.cache, job, result, self.broken_error)
-
-    def _fail(self, job, index, error):
-        result = self.cache.get(job)
-        if result is not None:
-            try:
-                result._set(index, (False, error))
-            except Exception:
-                pass  # a callback that raised: the result is set all the same
-
-    def _unreadable(self, data, exc):
-        ids = _task_ids(data)
-        if ids is None:
-            raise exc
-        from mpcompat.diagnose.notes import PREFIX, add_note
-        names = ", ".join(_classes(data)) or "its contents"
-        add_note(exc, PREFIX + (
-            "the result of this task could not be rebuilt in this process: unpickling %s "
-            "raised %s: %s. An exception class whose __init__ takes other arguments than its "
-            "message must pass them all to Exception.__init__ (super().__init__(a, b)) or "
-            "define __reduce__, so that pickle can rebuild it." % (
-                names, type(exc).__name__, exc)))
-        pid = self.holder.pop(ids, None)
-        if pid is not None:
-            self.held.pop(pid, None)
-        self._fail(ids[0], ids[1], exc)
-
-    # The worker-handler thread.
+    # The worker-handler thread: reaping workers.
     def reaped(self, workers):
-        """``workers`` exited and were joined: tell the result handler, count start-ups."""
+        """``workers`` exited and were joined: fail the task each one held, count start-ups."""
         from mpcompat.workers import child_failures
         for w in workers:
+            slot = self.slots.pop(w, None)
+            job, index, busy, taken = slot.read() if slot is not None else (0, 0, 0, 0)
+            if slot is not None:
+                self.free.append(slot.base // 4)
+            self.taken += taken
             record = child_failures.take(w.pid) if w.exitcode else None
-            self._send((None, _DEATH, (w.pid, w.exitcode, record)))
-            if w.exitcode and w.exitcode > 0 and record and record.get("what") != TASK_STAGE:
-                if self.since is None or self.since[1] != self.taken:
-                    self.failures, self.since = [], (time.monotonic(), self.taken)
+            if busy:
+                self._send((None, _DEATH, (w.pid, w.exitcode, record, job, index)))
+            if w.exitcode and w.exitcode > 0 and not taken and record and \
+                    record.get("what") != TASK_STAGE:
+                progress = self.progress()
+                if self.since is None or self.since[1] != progress:
+                    self.failures, self.since = [], (time.monotonic(), progress)
                 self.failures.append((w.pid, w.exitcode, record))
             else:
                 self.failures, self.since = [], None
         if (self.broken is None and len(self.failures) >= max(MIN_FAILURES, self.processes)
-                and self.since[1] == self.taken and time.monotonic() - self.since[0] >= GRACE
-                and not any(w.pid in self.working for w in list(self.workers))):
+                and self.since[1] == self.progress()
+                and time.monotonic() - self.since[0] >= GRACE
+                and not any(slot.read()[3] for slot in list(self.slots.values()))):
             self._break()
 
     def backoff(self):
@@ -273,13 +280,69 @@ class _Tracker(object):
             if lock is not None:
                 lock.release()
 
+    # The result-handler thread.
+    def reader(self, connection):
+        """A ``get`` for ``Pool._handle_results`` that handles mpcompat's notices itself."""
+        receive = getattr(connection, "_recv_bytes", None)
+        if receive is None:  # pragma: no cover (every CPython 3.8-3.15 has it)
+            receive = connection.recv_bytes
+        loads = ForkingPickler.loads
 
-def _tracker(cache, outqueue):
+        def get():
+            while True:
+                data = receive()
+                if not isinstance(data, bytes):
+                    data = data.getbuffer()
+                try:
+                    message = loads(data)
+                except Exception as exc:
+                    self._unreadable(bytes(data), exc)
+                    continue
+                if message.__class__ is tuple and len(message) == 3 and message[0] is None:
+                    self._notice(message[1], message[2])
+                    continue
+                return message
+        return get
+
+    def _notice(self, kind, data):
+        if kind == _DEATH:
+            pid, exitcode, record, job, index = data
+            self._fail(job, index, _lost(pid, exitcode, record))
+        elif kind == _BREAK:
+            for job, result in list(self.cache.items()):
+                _fail_whole(self.cache, job, result, self.broken_error)
+
+    def _fail(self, job, index, error):
+        result = self.cache.get(job)
+        if result is not None:
+            try:
+                result._set(index, (False, error))
+            except Exception:
+                pass  # a callback that raised: the result is set all the same
+
+    def _unreadable(self, data, exc):
+        ids = _task_ids(data)
+        if ids is None:
+            raise exc
+        from mpcompat.diagnose.notes import PREFIX, add_note
+        names = ", ".join(_classes(data)) or "its contents"
+        add_note(exc, PREFIX + (
+            "the result of this task could not be rebuilt in this process: unpickling %s "
+            "raised %s: %s. An exception class whose __init__ takes other arguments than its "
+            "message must pass them all to Exception.__init__ (super().__init__(a, b)) or "
+            "define __reduce__, so that pickle can rebuild it." % (
+                names, type(exc).__name__, exc)))
+        self._fail(ids[0], ids[1], exc)
+
+
+def _tracker(outqueue, processes=None):
+    """The tracker of the pool whose result queue is ``outqueue`` (made when ``processes`` is
+    given and there is none yet)."""
     with _trackers_lock:
-        tracker = _trackers.get(id(cache))
-        if tracker is None:
-            tracker = _trackers[id(cache)] = _Tracker(cache, outqueue)
-            weakref.finalize(cache, _trackers.pop, id(cache), None)
+        tracker = _trackers.get(id(outqueue))
+        if tracker is None and processes is not None:
+            tracker = _trackers[id(outqueue)] = _Tracker(outqueue, processes)
+            weakref.finalize(outqueue, _trackers.pop, id(outqueue), None)
         return tracker
 
 
@@ -383,68 +446,71 @@ def _classes(data):
 
 def _hooks(module):
     Pool = module.Pool
-    original = {name: patcher.original(Pool, name) for name in (
-        "_handle_workers", "_handle_results", "_maintain_pool", "_join_exited_workers",
-        "_get_worker_sentinels")}
-    handle_workers = original["_handle_workers"].__func__
-    handle_results = original["_handle_results"].__func__
-    maintain = original["_maintain_pool"].__func__
-    join_exited = original["_join_exited_workers"].__func__
-    sentinels_of = original["_get_worker_sentinels"].__func__
+    names = ("_repopulate_pool_static", "_handle_workers", "_handle_results", "_maintain_pool",
+             "_join_exited_workers", "_get_worker_sentinels")
+    original = {name: patcher.original(Pool, name).__func__ for name in names}
     check_running = patcher.original(Pool, "_check_running")
 
-    @functools.wraps(handle_workers)
+    @functools.wraps(original["_repopulate_pool_static"])
+    def _repopulate_pool_static(ctx, Process, processes, pool, inqueue, outqueue, *args):
+        if hasattr(outqueue, "_reader"):  # a process pool (not a ThreadPool)
+            Process = _tracker(outqueue, processes).starting(Process)
+        return original["_repopulate_pool_static"](ctx, Process, processes, pool, inqueue,
+                                                   outqueue, *args)
+
+    @functools.wraps(original["_handle_workers"])
     def _handle_workers(cls, cache, taskqueue, ctx, Process, processes, pool, inqueue,
                         outqueue, *args, **kwargs):
-        if not hasattr(inqueue, "_reader"):  # a ThreadPool
-            return handle_workers(cls, cache, taskqueue, ctx, Process, processes, pool,
-                                  inqueue, outqueue, *args, **kwargs)
-        tracker = _tracker(cache, outqueue)
-        tracker.workers, tracker.processes, tracker.inqueue = pool, processes, inqueue
+        tracker = _tracker(outqueue)
+        if tracker is not None:
+            tracker.cache, tracker.workers, tracker.inqueue = cache, pool, inqueue
         _local.tracker = tracker
         try:
-            return handle_workers(cls, cache, taskqueue, ctx, Process, processes, pool,
-                                  inqueue, outqueue, *args, **kwargs)
+            return original["_handle_workers"](cls, cache, taskqueue, ctx, Process, processes,
+                                               pool, inqueue, outqueue, *args, **kwargs)
         finally:
             _local.tracker = None
 
-    @functools.wraps(handle_results)
+    @functools.wraps(original["_handle_results"])
     def _handle_results(outqueue, get, cache):
         reader = getattr(outqueue, "_reader", None)
-        if reader is None or get != reader.recv:  # a ThreadPool, or a get of somebody else
-            return handle_results(outqueue, get, cache)
-        return handle_results(outqueue, _tracker(cache, outqueue).reader(reader), cache)
+        tracker = _tracker(outqueue)
+        if tracker is None or get != reader.recv:  # a ThreadPool, or a get of somebody else
+            return original["_handle_results"](outqueue, get, cache)
+        tracker.cache = cache
+        return original["_handle_results"](outqueue, tracker.reader(reader), cache)
 
     def _watched(pool):
         tracker = getattr(_local, "tracker", None)
         return tracker if tracker is not None and tracker.workers is pool else None
 
-    @functools.wraps(join_exited)
+    @functools.wraps(original["_join_exited_workers"])
     def _join_exited_workers(pool):
         tracker = _watched(pool)
         if tracker is None:
-            return join_exited(pool)
+            return original["_join_exited_workers"](pool)
         before = list(pool)
-        cleaned = join_exited(pool)
+        cleaned = original["_join_exited_workers"](pool)
         if cleaned:
             tracker.reaped([w for w in before if w not in pool])
         return cleaned
 
-    @functools.wraps(maintain)
+    @functools.wraps(original["_maintain_pool"])
     def _maintain_pool(ctx, Process, processes, pool, inqueue, *args, **kwargs):
         tracker = _watched(pool)
-        if tracker is None:
-            return maintain(ctx, Process, processes, pool, inqueue, *args, **kwargs)
-        if tracker.broken is None:
-            if tracker.failures and any(w.exitcode is not None for w in list(pool)):
-                time.sleep(tracker.backoff())  # no flood of workers that fail the same way
-            return maintain(ctx, Process, processes, pool, inqueue, *args, **kwargs)
-        module.Pool._join_exited_workers(pool)
-        _drain(inqueue)  # tasks already failed: keep the task handler from blocking on them
+        if tracker is not None and tracker.broken is not None:
+            module.Pool._join_exited_workers(pool)
+            _drain(inqueue)  # tasks already failed: keep the task handler from blocking
+            return None
+        if tracker is not None and tracker.failures and \
+                any(w.exitcode is not None for w in list(pool)):
+            time.sleep(tracker.backoff())  # no flood of workers that fail the same way
+        return original["_maintain_pool"](ctx, Process, processes, pool, inqueue, *args,
+                                          **kwargs)
 
-    @functools.wraps(sentinels_of)
+    @functools.wraps(original["_get_worker_sentinels"])
     def _get_worker_sentinels(workers):
-        sentinels = sentinels_of(workers)
+        sentinels = original["_get_worker_sentinels"](workers)
         tracker = _watched(workers)
         if tracker is not None and tracker.broken is not None:
             sentinels.append(tracker.inqueue._reader)  # wake up to drain what still comes
@@ -453,11 +519,13 @@ def _hooks(module):
     @functools.wraps(check_running)
     def _check_running(self):
         check_running(self)
-        tracker = _trackers.get(id(getattr(self, "_cache", None)))
-        if tracker is not None and tracker.broken is not None and tracker.cache is self._cache:
+        tracker = _trackers.get(id(getattr(self, "_outqueue", None)))
+        if tracker is not None and tracker.broken is not None and \
+                tracker.outqueue is self._outqueue:
             raise tracker.broken_error()
 
-    return {"_handle_workers": classmethod(_handle_workers),
+    return {"_repopulate_pool_static": staticmethod(_repopulate_pool_static),
+            "_handle_workers": classmethod(_handle_workers),
             "_handle_results": staticmethod(_handle_results),
             "_maintain_pool": staticmethod(_maintain_pool),
             "_join_exited_workers": staticmethod(_join_exited_workers),
@@ -511,6 +579,7 @@ def apply(module):
     Pool = getattr(module, "Pool", None)
     encoding = getattr(module, "MaybeEncodingError", None)
     kinds = {"_handle_workers": classmethod, "_handle_results": staticmethod,
+             "_repopulate_pool_static": staticmethod,
              "_maintain_pool": staticmethod, "_join_exited_workers": staticmethod,
              "_get_worker_sentinels": staticmethod}
     if not callable(getattr(module, "worker", None)) or not isinstance(Pool, type) or not all(

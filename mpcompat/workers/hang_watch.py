@@ -14,8 +14,9 @@ Parts:
 - the waiting side: patches call :func:`enter` before a wait that may block and :func:`leave`
   after it (a 3-item list made and a list slot set: cheap enough for every batch and every
   result);
-  one daemon thread per process, started at the first wait, polls that slot and the wait's
-  progress every SECONDS/4 (at most 1 s), and dumps (:func:`dump`). Only the main thread's
+  one daemon thread per process, started by a wait, polls that slot and the wait's
+  progress every SECONDS/4 (at most 1 s), dumps (:func:`dump`), and stops within 0.1 s of the
+  main thread waiting for nothing (the next wait starts it again). Only the main thread's
   waits are watched: helper threads often wait for ever by design.
 - the worker side: :func:`arm_workers` registers ``faulthandler`` on ``SIGURG`` in this
   process (``all_threads=True, chain=True``); forked children inherit it, spawn and forkserver
@@ -132,9 +133,9 @@ def enter(obj, kind):
     """
     if get_ident() != _main[0]:
         return None
-    if not _started[0]:
-        _start()
     rec = _current[0] = [obj, kind, _current[0]]
+    if not _started[0]:  # after the wait is visible: see _idle()
+        _start()
     return rec
 
 
@@ -165,7 +166,7 @@ def _start():
     with _start_lock[0]:
         if _started[0]:
             return
-        _started[0] = True  # also when the thread cannot start: never retried per wait
+        _started[0] = True  # also when the thread cannot start: not retried by this wait
         try:
             thread = threading.Thread(target=_watch, name="mpcompat-hang-watch")
             thread.daemon = True
@@ -179,12 +180,31 @@ def _poll_interval():
     return max(0.05, min(limit / 4.0, 1.0))
 
 
+def _idle():
+    """Whether the watchdog may stop: nothing is watched now. Decided under the start lock, so
+    that a wait entered meanwhile either sees the thread stopped (and starts a new one) or
+    keeps it running."""
+    with _start_lock[0]:
+        _started[0] = False
+        if _current[0] is None:
+            return True
+        _started[0] = True
+        return False
+
+
 def _watch():
-    """The watchdog loop: one per process, for as long as the process lives."""
+    """The watchdog loop: runs while the main thread waits, and stops soon (0.1 s) after it
+    waits for nothing, so that no thread is left behind (a test harness counts them)."""
     seen = last = None
     since = quiet_since = next_at = 0.0
     while True:
-        time.sleep(_poll_interval())
+        slept, interval = 0.0, _poll_interval()
+        while slept < interval:
+            step = min(0.1, interval - slept)
+            time.sleep(step)
+            slept += step
+            if _current[0] is None and _idle():
+                return
         try:
             rec = _current[0]
             limit = _seconds[0]
