@@ -25,7 +25,7 @@ def test_without_mpcompat_the_parent_learns_nothing():
 def test_with_mpcompat_the_pools_error_names_the_class_the_line_and_the_fix():
     ok, summary, output = demo.run_scenario(NAME, "with", timeout=60)
     assert ok, output
-    assert summary.startswith("OK the Pool's BrokenPool, after "), summary
+    assert summary.startswith("OK the Pool's AttributeError, after "), summary
     assert summary.endswith(" s, names class Normalize, defined inside `if __name__ == "
                             "\"__main__\":` of train.py, line 12, and the fix: move it to module "
                             "level")
