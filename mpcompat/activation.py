@@ -25,6 +25,7 @@ _state = {"active": False, "how": "not activated yet", "conflicts": [], "broken"
 # What activate() was asked for: read by the patch manager when it configures itself.
 config = {"requested": None, "disabled": frozenset(), "disabled_by": ""}
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_registered = {}  # the built-in reducers activation registered: {type: reducer}
 
 
 def env_flag(name, environ=os.environ):
@@ -39,7 +40,7 @@ def env_disabled(environ=os.environ):
 
 def builtin_reducers():
     """Return ``{type: reducer}`` for the reducers that activation registers."""
-    from mpcompat.pickling.reducers import BUILTIN_REDUCERS
+    from mpcompat.pickling import BUILTIN_REDUCERS
     return dict(BUILTIN_REDUCERS)
 
 
@@ -101,7 +102,7 @@ def activate(*, patches=None, disabled_patches=None):
 
 
 def _activate(patches, disabled_patches, how):
-    from mpcompat.patching import table as patch_table
+    from mpcompat import patches as patch_table
     known = [spec.name for spec in patch_table.PATCHES]
     requested = None if patches is None else parse_names(patches, "patches", known)
     if disabled_patches is None:
@@ -120,7 +121,7 @@ def _activate(patches, disabled_patches, how):
             raise RuntimeError("mpcompat cannot be activated: %s" % _state["broken"])
         config.update(requested=requested, disabled=frozenset(disabled), disabled_by=disabled_by)
         _state.update(active=True, how=how)
-        from mpcompat.patching import importhook
+        from mpcompat import patching as importhook
         importhook.own_failure = _broken_if_own
         _register_builtins()
         live = patch_table.live_targets(os.environ)
@@ -141,12 +142,12 @@ def _register_builtins():
     if "copyreg" in sys.modules:
         _register_builtins_now()
     else:
-        from mpcompat.patching import importhook
+        from mpcompat import patching as importhook
         importhook.watch("copyreg", _on_copyreg_imported)
 
 
 def _on_copyreg_imported(module):
-    from mpcompat.patching import importhook
+    from mpcompat import patching as importhook
     importhook.unwatch("copyreg", _on_copyreg_imported)
     if _state["active"]:
         _register_builtins_now()
@@ -163,6 +164,7 @@ def _register_builtins_now():
     for cls, reducer in reducers.items():
         try:
             registry.register(cls, reducer)
+            _registered[cls] = reducer
         except ValueError as exc:
             conflicts.append("%s.%s" % (cls.__module__, cls.__qualname__))
             warn("left %s.%s alone: %s" % (cls.__module__, cls.__qualname__, exc))
@@ -197,8 +199,8 @@ def deactivate():
 
 
 def _switch_off():
-    from mpcompat.patching import importhook
-    from mpcompat.patching import table as patch_table
+    from mpcompat import patching as importhook
+    from mpcompat import patches as patch_table
     for target in patch_table.all_targets():
         importhook.unwatch(target, _on_target)
     importhook.unwatch("copyreg", _on_copyreg_imported)
@@ -207,13 +209,11 @@ def _switch_off():
         manager = load("mpcompat.patching.manager")
         if manager is not None:
             manager.disarm_all()
-    if "mpcompat.pickling.registry" in sys.modules and "mpcompat.pickling.reducers" in sys.modules:
-        registry, reducers = load("mpcompat.pickling.registry"), load("mpcompat.pickling.reducers")
-    else:
-        registry = reducers = None
-    if registry is not None and reducers is not None:
-        for cls, reducer in reducers.BUILTIN_REDUCERS.items():
+    registry = load("mpcompat.pickling.registry") if _registered else None
+    if registry is not None:
+        for cls, reducer in list(_registered.items()):  # what we registered, however reloaded
             registry.unregister_if(cls, reducer)
+        _registered.clear()
     _state["conflicts"] = []
 
 

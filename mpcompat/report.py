@@ -53,7 +53,7 @@ class Status(object):
         if manager is not None and not activation.state()["broken"]:
             self.patches = [PatchStatus(st) for st in manager.states()]
         elif not self.active:
-            from mpcompat.patching import table as patch_table
+            from mpcompat import patches as patch_table
             self.patches = [_InactiveRow(spec) for spec in patch_table.PATCHES]
         state = activation.state()  # loading a broken part just now turns mpcompat off
         self.active, self.how, self.broken = state["active"], state["how"], state["broken"]

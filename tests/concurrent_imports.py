@@ -71,7 +71,7 @@ def main(seed, targets):
         importlib.import_module(name)
     rows = {p.name: [p.state, p.applications, p.reason, list(p.targets)]
             for p in mpcompat.status().patches}
-    from mpcompat.patching import importhook
+    from mpcompat import patching as importhook
     # how many times each target's code ran (cv2 runs twice: its package replaces itself)
     executions = {name: importhook._generation.get(name, 0)
                   for row in rows.values() for name in row[3]}

@@ -161,7 +161,7 @@ def spawn_child_reports(proxy, liar, out):
         "object_pid": proxy.pid,
         "created_after": mpcompat.per_process.created(proxy),
         "liar": liar.value,
-        "module_imported": "mpcompat.per_process" in sys.modules,
+        "module_imported": "mpcompat.pickling.per_process" in sys.modules,
     }
     fresh = mpcompat.per_process(Resource, "made-in-child")  # the name may be the module now
     report["fresh_name"] = fresh.name

@@ -93,7 +93,7 @@ def default_start_method(method):
     ``get_start_method(allow_none=True)`` still returns None and ``set_start_method`` still
     works without ``force``. torch.multiprocessing and the DataLoader use this same default.
     """
-    from mpcompat.patching import importhook
+    from mpcompat import patching as importhook
 
     def apply(context, method=method):
         try:  # private names, the same on Python 3.8 to 3.14

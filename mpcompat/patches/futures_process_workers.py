@@ -21,7 +21,7 @@ has nothing to do (status: not needed).
 import functools
 
 from mpcompat.patching.patcher import Patcher
-from mpcompat.patching.table import NotNeeded
+from mpcompat.patches import NotNeeded
 
 patcher = Patcher()
 

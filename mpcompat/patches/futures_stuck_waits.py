@@ -21,7 +21,7 @@ process and appear in its own dump.
 import functools
 import sys
 
-from mpcompat.patching.table import Skip
+from mpcompat.patches import Skip
 
 NAME = "concurrent_futures.stuck_waits"
 _MARK = "_mpcompat_stuck_waits"

@@ -29,7 +29,7 @@ Nothing here runs on the normal path: the wrappers are one extra call per proces
 import functools
 import sys
 
-from mpcompat.patching.table import Skip
+from mpcompat.patches import Skip
 
 _MARK = "_mpcompat_bootstrap_notes"
 _DONE = "_mpcompat_start_failure"

@@ -17,7 +17,7 @@ replaced by the same three lines inside a ``try`` (no extra call); anything else
 import functools
 import io
 
-from mpcompat.patching.table import Skip
+from mpcompat.patches import Skip
 
 _MARK = "_mpcompat_pickling_notes"
 

@@ -40,7 +40,7 @@ import weakref
 from multiprocessing.reduction import ForkingPickler
 
 from mpcompat.patching.patcher import Patcher
-from mpcompat.patching.table import Skip
+from mpcompat.patches import Skip
 
 __all__ = ["GRACE", "MIN_FAILURES", "apply", "revert"]
 

@@ -23,7 +23,7 @@ so that its parent can ask for its stacks; forked children inherit it.
 import functools
 import sys
 
-from mpcompat.patching.table import Skip
+from mpcompat.patches import Skip
 
 NAME = "multiprocessing.stuck_waits"
 _MARK = "_mpcompat_stuck_waits"

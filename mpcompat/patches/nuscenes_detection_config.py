@@ -11,7 +11,7 @@ import DetectionConfig`` see it. After the original ``__init__`` ran, a ``dict_k
 left as it is. ``deserialize`` and both ``config_factory`` functions build configs through
 ``__init__``, so they are covered too.
 """
-from mpcompat.patching.table import Skip
+from mpcompat.patches import Skip
 from mpcompat.patching.method_wrappers import WrappedMethods
 
 _DICT_KEYS = type({}.keys())

@@ -12,7 +12,7 @@ again with the config's own serialized arguments (so whatever it sets outside th
 set there too), then restores the instance ``__dict__`` exactly. Because the pickle itself names
 mpcompat, this works in a child where mpcompat was never imported or is switched off.
 """
-from mpcompat.patching.table import Skip
+from mpcompat.patches import Skip
 
 # Pickling hooks whose presence means the class pickles its own way: then we stay out.
 _OWN_PICKLING = ("__reduce_ex__", "__reduce__", "__getstate__", "__setstate__")

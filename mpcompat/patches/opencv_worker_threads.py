@@ -19,7 +19,7 @@ The main process keeps its own setting; a ``worker_init_fn`` that sets its own c
 import os
 import sys
 
-from mpcompat.patching.table import Skip
+from mpcompat.patches import Skip
 
 # active: applied on cv2 (the fork hook acts only then); hooked: the fork hook is registered.
 _state = {"active": False, "hooked": False}

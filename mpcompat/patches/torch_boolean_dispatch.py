@@ -20,7 +20,7 @@ mpcompat was active). Functions made before the patch applied are named when it 
 import weakref
 from _thread import RLock
 
-from mpcompat.patching.table import Skip
+from mpcompat.patches import Skip
 
 _lock = RLock()
 _TORCH_QUALNAME = "boolean_dispatch.<locals>.fn"

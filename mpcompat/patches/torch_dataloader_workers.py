@@ -29,7 +29,7 @@ import functools
 import re
 import sys
 
-from mpcompat.patching.table import Skip
+from mpcompat.patches import Skip
 from mpcompat.patching.method_wrappers import WrappedMethods
 
 WORKER = "torch.utils.data._utils.worker"

@@ -12,7 +12,7 @@ This patch registers, for ``ForkingPickler`` only, a reducer that ships the devi
 initial seed and the state as bytes; plain ``pickle``, ``copy`` and ``torch.save`` keep
 torch's own ``__reduce__``.
 """
-from mpcompat.patching.table import Skip
+from mpcompat.patches import Skip
 
 
 def reduce_generator(gen):

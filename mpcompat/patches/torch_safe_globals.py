@@ -11,7 +11,7 @@ safe globals that the user (or anyone else) added stay, including these six if t
 already there.
 """
 from mpcompat import rebuild_views as rebuild
-from mpcompat.patching.table import Skip
+from mpcompat.patches import Skip
 
 VIEW_REBUILDERS = (
     rebuild.rebuild_dict_keys,

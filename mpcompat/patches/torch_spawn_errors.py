@@ -11,7 +11,7 @@ patch); this patch wraps ``ProcessExitedException.__init__`` with a ``wrapt.Func
 child has exited, gains a note with that cause and the fix. Exceptions of children that
 recorded nothing (killed by a signal, ``sys.exit(3)`` in ``fn``) are left as they are.
 """
-from mpcompat.patching.table import Skip
+from mpcompat.patches import Skip
 from mpcompat.patching.method_wrappers import WrappedMethods
 
 _wrapped = WrappedMethods()

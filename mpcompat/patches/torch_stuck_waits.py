@@ -18,7 +18,7 @@ their identity; ``__wrapped__`` is the original):
   Workers: ``self.processes``.
 """
 from mpcompat.workers import hang_watch
-from mpcompat.patching.table import Skip
+from mpcompat.patches import Skip
 from mpcompat.patching.method_wrappers import WrappedMethods
 
 NAME = "torch.stuck_waits"

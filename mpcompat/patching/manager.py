@@ -1,7 +1,7 @@
 """Applies, skips and reverts the declared patches, and keeps their state for status().
 
 Activation hands every patch target to :func:`on_module` once its code has run (see
-``mpcompat.patching.importhook``). For each patch of that module, armed by the configuration, the
+``mpcompat.patching``). For each patch of that module, armed by the configuration, the
 installed version of its library is checked: outside the versions that have the bug the patch
 is "not needed" (silently); outside the tested range it stays off with one warning per process
 tree; otherwise it applies. Whatever goes wrong, the target's import goes on: a patch that
@@ -16,10 +16,10 @@ import sys
 from _thread import RLock
 
 from mpcompat import activation
-from mpcompat.patching import importhook
-from mpcompat.patching import table as patch_table
+from mpcompat import patching as importhook
+from mpcompat import patches as patch_table
 from mpcompat.patching import versions
-from mpcompat.patching.table import NotNeeded, Skip
+from mpcompat.patches import NotNeeded, Skip
 
 (WAITING, APPLIED, NOT_NEEDED, SKIPPED, DISABLED, FAILED, MISSED, INACTIVE) = (
     "waiting for import", "applied", "not needed", "skipped", "disabled", "failed",

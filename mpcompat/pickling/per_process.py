@@ -38,7 +38,7 @@ _get_ident = threading.get_ident
 
 # Inherited objects this process keeps alive and never touches (the "keep" rule): a
 # multiprocessing child ends with os._exit, so they are never finalized there.
-_KEPT = []
+_INHERITED_KEPT = []
 
 
 def per_process(factory, /, *args, on_fork=None, **kwargs):
@@ -229,7 +229,7 @@ class PerProcess(wrapt.wrappers.ObjectProxy):
         try:
             state = object.__getattribute__(self, "_self_state")
             if state[0] is not None and state[0] != _getpid():
-                _KEPT.append(state[1])
+                _INHERITED_KEPT.append(state[1])
         except Exception:
             pass
 
@@ -251,7 +251,7 @@ def _release_inherited(inherited, rule):
     if rule is None:
         rule = CLOSE if _is_lmdb_environment(inherited) else KEEP
     if rule == KEEP:
-        _KEPT.append(inherited)
+        _INHERITED_KEPT.append(inherited)
     elif rule == CLOSE:
         _close_handle(inherited)
     elif rule != DROP:
@@ -402,15 +402,6 @@ def _safe_repr(obj):
         return "<%s object>" % type(obj).__name__
 
 
-class _CallableModule(types.ModuleType):
-    """This module, made callable: ``mpcompat.per_process(...)`` works even where the name is
-    the module, not the function (importing ``mpcompat.per_process`` before the first
-    ``mpcompat.per_process`` look-up, as unpickling one does, binds the module there)."""
-
-    def __call__(self, factory, /, *args, **kwargs):
-        return per_process(factory, *args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+# mpcompat.per_process is this function; its helpers travel with it.
 per_process.close = close
 per_process.created = created

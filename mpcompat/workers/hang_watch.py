@@ -104,7 +104,7 @@ def seconds():
 def require():
     """Return the configured SECONDS and switch the watchdog on with it; raise
     ``NotNeeded`` when ``MPCOMPAT_HANG_DUMP`` is unset or bad (then nothing is wrapped)."""
-    from mpcompat.patching.table import NotNeeded
+    from mpcompat.patches import NotNeeded
     value = seconds()
     if value is None:
         raw = os.environ.get(VAR, "").strip()

@@ -259,8 +259,8 @@ def test_start_up_defers_copyreg_registry_and_patch_manager():
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert eval(lines[0]) == ["mpcompat", "mpcompat.activation", "mpcompat.patching.importhook",
-                              "mpcompat.patching.table"]
+    assert eval(lines[0]) == ["mpcompat", "mpcompat.activation", "mpcompat.patches",
+                              "mpcompat.patching"]
     assert lines[1:] == ["dict_keys", "False", "multiprocessing.pickling_notes applied"]
 
 

@@ -35,7 +35,7 @@ def test_a_loader_without_an_instance_dict_gets_a_stand_in_that_passes_isinstanc
     out = _run("""if 1:
     import json, sys, types
     import mpcompat
-    from mpcompat.patching import importhook
+    from mpcompat import patching as importhook
     import importlib.abc, importlib.machinery
 
     class SlotLoader(importlib.abc.Loader):
@@ -102,7 +102,7 @@ def test_reloading_mpcompat_modules_keeps_views_picklable():
     import importlib, json, pickle
     import mpcompat
     from mpcompat import rebuild, rebuild_views
-    from mpcompat.pickling import reducers
+    from mpcompat import pickling as reducers
     results = []
     for module in (rebuild_views, reducers, rebuild, rebuild_views):
         importlib.reload(module)

@@ -15,9 +15,9 @@ import pytest
 
 import mpcompat
 from mpcompat import MpcompatWarning, PatchUnavailable
-from mpcompat.patching import table as patch_table
+from mpcompat import patches as patch_table
 from mpcompat.patching import versions
-from mpcompat.patching.table import PatchSpec
+from mpcompat.patches import PatchSpec
 
 from testenv import REPO, child_env, run_python
 
@@ -106,7 +106,7 @@ def test_reading_the_table_imports_nothing():
 import sys
 import mpcompat
 before = set(sys.modules)
-from mpcompat.patching import table as patch_table
+from mpcompat import patches as patch_table
 rows = [(s.name, s.impl, s.targets, s.supported) for s in patch_table.PATCHES]
 print(sorted(set(sys.modules) - before))
 before = set(sys.modules)
@@ -116,7 +116,7 @@ print(sorted(set(sys.modules) - before))
     proc = run_python(code, env=child_env(MPCOMPAT_DISABLE="1"))
     assert proc.returncode == 0, proc.stderr
     table_imports, activation_imports = [eval(line) for line in proc.stdout.splitlines()]
-    assert set(table_imports) <= {"mpcompat.patching.table"}
+    assert set(table_imports) <= {"mpcompat.patches"}
     heavy = ("torch", "nuscenes", "mmcv", "numpy", "mpcompat.patches.", "importlib.metadata")
     assert [m for m in activation_imports if m.startswith(heavy)] == []
 

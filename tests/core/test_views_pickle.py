@@ -18,7 +18,7 @@ import pytest
 
 import mpcompat
 from mpcompat import rebuild_views
-from mpcompat.pickling import reducers
+from mpcompat import pickling as reducers
 from workers import VIEW_KINDS, canon, make_view, view_types
 
 # pickle._Pickler as the standard library has it, even if dill was imported

@@ -19,7 +19,7 @@ import mpcompat
 import workers
 from testenv import child_env
 from mpcompat.diagnose.notes import add_note, notes_of
-from mpcompat.patching.table import BY_NAME
+from mpcompat.patches import BY_NAME
 
 NOTES = "multiprocessing.pickling_notes"
 BOOTSTRAP = "multiprocessing.bootstrap_notes"

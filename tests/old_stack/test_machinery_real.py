@@ -12,7 +12,7 @@ NUSCENES = "nuscenes-devkit %s" % metadata.version("nuscenes-devkit")
 _SCRIPT = """
 import importlib, json, warnings
 import mpcompat
-from mpcompat.patching import table as patch_table
+from mpcompat import patches as patch_table
 specs = {s.name: s for s in patch_table.PATCHES}
 det, trk = specs["nuscenes.detection_config"], specs["nuscenes.tracking_config"]
 saved = det.supported, trk.impl

@@ -1,5 +1,5 @@
 """A patch that declines with ``Skip``."""
-from mpcompat.patching.table import Skip
+from mpcompat.patches import Skip
 
 
 def apply(module):

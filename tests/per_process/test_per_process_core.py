@@ -14,7 +14,7 @@ import threading
 import pytest
 
 import mpcompat
-from mpcompat.per_process import PerProcess, close, created
+from mpcompat.pickling.per_process import PerProcess, close, created
 from mpcompat.rebuild import rebuild_per_process
 from per_process_helpers import (Liar, Resource, Ticker, failing_factory, made_named,
                                  read_log, recursive_factory)
@@ -218,20 +218,20 @@ def test_import_mpcompat_imports_neither_wrapt_nor_per_process(tmp_path):
         import sys
         import mpcompat, pickle
         print(sorted(m for m in sys.modules
-                     if m.split(".")[0] == "wrapt" or m.startswith("mpcompat.per_process")))
+                     if m.split(".")[0] == "wrapt" or m.startswith("mpcompat.pickling.per_process")))
         p = mpcompat.per_process(open, __file__)
         print("wrapt" in sys.modules, callable(mpcompat.per_process))
     """)
     assert out.split("\n")[:2] == ["[]", "True True"]
 
 
-def test_per_process_stays_callable_when_the_module_was_imported_first(tmp_path):
-    # Unpickling one imports mpcompat.per_process, which binds the module at that name.
+def test_per_process_stays_the_function_when_its_module_was_imported_first(tmp_path):
+    # Unpickling one imports its module, mpcompat.pickling.per_process, first.
     out = run_script(tmp_path, """
         import pickle, types
-        import mpcompat.per_process
+        import mpcompat.pickling.per_process
         import mpcompat
-        print(isinstance(mpcompat.per_process, types.ModuleType))
+        print(isinstance(mpcompat.per_process, types.FunctionType))
         p = mpcompat.per_process(open, __file__)
         print(p.read().split()[1])
         print(mpcompat.per_process.close(p), mpcompat.per_process.created(p))

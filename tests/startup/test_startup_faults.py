@@ -75,7 +75,7 @@ def test_every_loaded_file_broken_in_turn_costs_one_line_and_turns_mpcompat_off(
     venv, program = faulty
     files = _loaded_files(venv, program)
     assert "mpcompat/pickling/registry.py" in files and "mpcompat/patching/manager.py" in files
-    assert "mpcompat/diagnose/walker.py" in files and "mpcompat/per_process.py" in files
+    assert "mpcompat/diagnose/walker.py" in files and "mpcompat/pickling/per_process.py" in files
     failures = []
     for relpath in files:
         path = os.path.join(venv.site_packages, relpath)
@@ -135,7 +135,7 @@ def test_a_broken_or_missing_bootstrap_costs_one_line(faulty):
 def test_children_of_a_broken_process_stay_quiet(faulty):
     """The one line is said once per process tree: children skip auto-activation."""
     venv, program = faulty
-    path = os.path.join(venv.site_packages, "mpcompat", "registry.py")
+    path = os.path.join(venv.site_packages, "mpcompat", "pickling", "registry.py")
     with open(path) as f:
         original = f.read()
     child = "import sys; print('child', 'mpcompat' in sys.modules)"
