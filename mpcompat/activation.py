@@ -324,7 +324,16 @@ def activate_on_import():
 
 
 def warn(message):
-    """One ``MpcompatWarning``, once per process tree (see mpcompat.errors.warn_once)."""
+    """One ``MpcompatWarning``, once per process tree (see mpcompat.errors.warn_once).
+
+    A warnings filter that makes it an error (``-W error``) must not turn mpcompat off, nor
+    raise at interpreter start: the warning is then written to stderr as one line.
+    """
     errors = load("mpcompat.errors")
-    if errors is not None:
+    if errors is None:
+        return
+    try:
         errors.warn_once(message)
+    except Warning as exc:
+        if sys.stderr is not None:
+            sys.stderr.write("%s: %s\n" % (type(exc).__name__, exc))

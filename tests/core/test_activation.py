@@ -358,3 +358,16 @@ def test_python_m_mpcompat_status():
     assert disabled.stdout.splitlines()[0].endswith(
         ": inactive in this process, off: MPCOMPAT_DISABLE=1 is set")
     assert "  (none: mpcompat is off)" in disabled.stdout.splitlines()
+
+
+def test_a_typo_warning_under_w_error_is_one_line_and_mpcompat_stays_on():
+    code = "import mpcompat, pickle; print(mpcompat.is_active(), pickle.loads(pickle.dumps({1: 2}.keys())))"
+    proc = run_python(code, env=child_env(MPCOMPAT_DISABLED_PATCHES="torch.boolean-dispach",
+                                          PYTHONWARNINGS="error"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True dict_keys([1])"
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "MpcompatWarning: mpcompat: MPCOMPAT_DISABLED_PATCHES: unknown patch name(s) "
+        "'torch.boolean-dispach' ignored (did you mean torch.boolean_dispatch?)"), proc.stderr
+    assert "broken" not in proc.stderr
