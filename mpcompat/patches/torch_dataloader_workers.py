@@ -21,12 +21,13 @@ Two targets, two changes:
   script that imports mpcompat (children import it again first).
 - ``torch.utils.data.dataloader``: ``_MultiProcessingDataLoaderIter._try_get_data`` (the method
   that raises "DataLoader worker (pid(s) ...) exited unexpectedly" in torch 1.9 to 2.13) is
-  wrapped with a ``wrapt.FunctionWrapper``; that error gains, once, the cause a worker recorded
-  before dying while starting up (``mpcompat.workers.child_failures``: e.g. a Dataset class defined
+  wrapped with a ``wrapt.FunctionWrapper``; that error gains, once, what ended the iterator's
+  dead workers (read from the iterator's own worker processes): a signal by name with its
+  likely cause (SIGKILL: memory; SIGSEGV: a crash in an extension), and the cause a worker
+  recorded before dying (``mpcompat.workers.child_failures``: e.g. a Dataset class defined
   under the main guard, which spawn workers cannot unpickle).
 """
 import functools
-import re
 import sys
 
 from mpcompat.patches import Skip
@@ -36,8 +37,6 @@ WORKER = "torch.utils.data._utils.worker"
 LOADER = "torch.utils.data.dataloader"
 _MARK = "_mpcompat_dataloader_workers"
 _NOTED = "_mpcompat_workers_noted"
-# torch's message; compiled when a worker has died (patching costs no regex compile)
-_DEAD = r"DataLoader worker \(pids?(?:\(s\))? ([0-9][0-9, ]*)\) exited unexpectedly"
 _wrapped = WrappedMethods()
 
 
@@ -197,30 +196,31 @@ def _try_get_data_wrapper(wrapped, instance, args, kwargs):
     try:
         return wrapped(*args, **kwargs)
     except RuntimeError as exc:
-        _name_cause(exc)
+        _name_cause(exc, instance)
         raise
 
 
-def _name_cause(exc):
-    """Add the note from ``mpcompat.workers.child_failures`` for the dead workers to ``exc``, once."""
+def _name_cause(exc, iterator):
+    """Add to ``exc``, once, what ended the iterator's dead workers: a signal by name with its
+    likely cause, and each worker's recorded error (``mpcompat.workers.child_failures``)."""
     try:
         if exc.__dict__.get(_NOTED):
             return
-        match = re.search(_DEAD, str(exc))
-        if match is None:
+        dead = [w for w in list(getattr(iterator, "_workers", ()))
+                if w.exitcode is not None and w.exitcode != 0]
+        if not dead:
             return
         exc.__dict__[_NOTED] = True
-        pids = [int(p) for p in re.findall(r"[0-9]+", match.group(1))]
-        cause = exc.__cause__
-        if cause is not None:  # torch's SIGCHLD handler named the worker first
-            found = re.search(_DEAD, str(cause))
-            if found is not None:
-                pids += [int(p) for p in re.findall(r"[0-9]+", found.group(1)) if int(p)
-                         not in pids]
+        from mpcompat.diagnose.notes import PREFIX, add_note
         from mpcompat.workers import child_failures
-        note = child_failures.note_for(pids, "DataLoader worker")
+        from mpcompat.workers.exits import describe_exit, exit_hint
+        signals = ["DataLoader worker process %d: %s. %s." % (
+            w.pid, describe_exit(w.exitcode), exit_hint(w.exitcode))
+            for w in dead if w.exitcode < 0 and exit_hint(w.exitcode)]
+        if signals:
+            add_note(exc, PREFIX + "\n".join(signals))
+        note = child_failures.note_for([w.pid for w in dead], "DataLoader worker")
         if note:
-            from mpcompat.diagnose.notes import add_note
             add_note(exc, note)
     except Exception:
         pass
