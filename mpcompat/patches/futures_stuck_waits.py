@@ -22,9 +22,10 @@ import functools
 import sys
 
 from mpcompat.patches import Skip
+from mpcompat.patching.patcher import Patcher
 
 NAME = "concurrent_futures.stuck_waits"
-_MARK = "_mpcompat_stuck_waits"
+patcher = Patcher()
 
 
 def _workers(obj):
@@ -76,7 +77,6 @@ def _wrap_method(original, settled, hang_watch):
             return watched(self, _FUTURE, original, self, timeout)
         finally:
             self = None  # as the original does: no cycle through a raised exception's frames
-    setattr(method, _MARK, True)
     return method
 
 
@@ -88,7 +88,6 @@ def _wrap_wait(original, module, hang_watch):
         if timeout is not None and short(timeout):
             return original(fs, timeout, return_when)
         return watched((fs, return_when), _WAIT, original, fs, timeout, return_when)
-    setattr(wait, _MARK, True)
     return wait
 
 
@@ -114,7 +113,6 @@ def _wrap_as_completed(original, hang_watch):
                 yield box.pop()
         finally:
             steps.close()
-    setattr(as_completed, _MARK, True)
     return as_completed
 
 
@@ -140,18 +138,15 @@ def apply(module):
     settled = frozenset((module.FINISHED, module.CANCELLED, module.CANCELLED_AND_NOTIFIED))
     hang_watch.arm_workers(NAME)
     for name in ("result", "exception"):
-        current = future.__dict__[name]
-        if not getattr(current, _MARK, False):
-            setattr(future, name, _wrap_method(current, settled, hang_watch))
+        patcher.replace(future, name, _wrap_method(patcher.original(future, name), settled,
+                                                   hang_watch))
     package = sys.modules.get("concurrent.futures")
     for name, factory in (("wait", lambda f: _wrap_wait(f, module, hang_watch)),
                           ("as_completed", lambda f: _wrap_as_completed(f, hang_watch))):
-        current = module.__dict__[name]
-        if not getattr(current, _MARK, False):
-            ours = factory(current)
-            setattr(module, name, ours)
-            if package is not None and package.__dict__.get(name) is current:
-                setattr(package, name, ours)
+        original = patcher.original(module, name)
+        ours = patcher.replace(module, name, factory(original))
+        if package is not None and package.__dict__.get(name) is original:
+            patcher.replace(package, name, ours, target=module.__name__)
 
 
 def revert(module):
@@ -160,15 +155,4 @@ def revert(module):
     hang_watch = sys.modules.get("mpcompat.workers.hang_watch")
     if hang_watch is not None:
         hang_watch.disarm_workers(NAME)
-    future = module.__dict__.get("Future")
-    for name in ("result", "exception"):
-        current = future.__dict__.get(name) if isinstance(future, type) else None
-        if getattr(current, _MARK, False):
-            setattr(future, name, current.__wrapped__)
-    package = sys.modules.get("concurrent.futures")
-    for name in ("wait", "as_completed"):
-        current = module.__dict__.get(name)
-        if getattr(current, _MARK, False):
-            setattr(module, name, current.__wrapped__)
-            if package is not None and package.__dict__.get(name) is current:
-                setattr(package, name, current.__wrapped__)
+    patcher.restore(module)

@@ -31,7 +31,6 @@ What else each part covers:
   cannot be pickled (the note of ``multiprocessing.pickling_notes``).
 """
 import functools
-import os
 import pickletools
 import sys
 import threading

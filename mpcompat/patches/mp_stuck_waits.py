@@ -24,9 +24,10 @@ import functools
 import sys
 
 from mpcompat.patches import Skip
+from mpcompat.patching.patcher import Patcher
 
 NAME = "multiprocessing.stuck_waits"
-_MARK = "_mpcompat_stuck_waits"
+patcher = Patcher()
 
 
 def _pool_text(pool):
@@ -75,7 +76,6 @@ def _wrap_wait(original, hang_watch):
         if self._event.is_set() or (timeout is not None and short(timeout)):
             return original(self, timeout)
         return watched(self, _RESULT, original, self, timeout)
-    setattr(wait, _MARK, True)
     return wait
 
 
@@ -87,7 +87,6 @@ def _wrap_next(original, hang_watch):
         if self._items or (timeout is not None and short(timeout)):
             return original(self, timeout)
         return watched(self, _IMAP, original, self, timeout)
-    setattr(next, _MARK, True)
     return next
 
 
@@ -117,9 +116,7 @@ def apply(module):
             raise Skip("%s.%s is not a function" % (cls.__name__, name))
     hang_watch.arm_workers(NAME)
     for cls, name, factory in slots:
-        current = cls.__dict__[name]
-        if not getattr(current, _MARK, False):
-            setattr(cls, name, factory(current, hang_watch))
+        patcher.replace(cls, name, factory(patcher.original(cls, name), hang_watch))
 
 
 def revert(module):
@@ -130,11 +127,4 @@ def revert(module):
         if hang_watch is not None:
             hang_watch.disarm_workers(NAME)
         return
-    try:
-        slots = _slots(module)
-    except Skip:
-        return
-    for cls, name, _ in slots:
-        current = cls.__dict__.get(name)
-        if getattr(current, _MARK, False):
-            setattr(cls, name, current.__wrapped__)
+    patcher.restore(module)
