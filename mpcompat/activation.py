@@ -323,8 +323,9 @@ def activate_on_import():
         broken(exc)
 
 
-def warn(message):
-    """One ``MpcompatWarning``, once per process tree (see mpcompat.errors.warn_once).
+def warn(message, key=None):
+    """One ``MpcompatWarning``, once per process tree (see mpcompat.errors.warn_once; ``key``
+    decides what counts as the same warning, default the message).
 
     A warnings filter that makes it an error (``-W error``) must not turn mpcompat off, nor
     raise at interpreter start: the warning is then written to stderr as one line.
@@ -333,7 +334,7 @@ def warn(message):
     if errors is None:
         return
     try:
-        errors.warn_once(message)
+        errors.warn_once(message, key)
     except Warning as exc:
         if sys.stderr is not None:
             sys.stderr.write("%s: %s\n" % (type(exc).__name__, exc))

@@ -34,3 +34,16 @@ def record_unprintable():
 def pid():
     """This process's pid."""
     return os.getpid()
+
+
+def fail_once(flag):
+    """A Pool initializer that raises in the first worker that runs it only."""
+    with flag.get_lock():
+        first, flag.value = flag.value == 0, 1
+    if first:
+        raise ValueError("the service is not up yet")
+
+
+def double(x):
+    """A Pool task."""
+    return 2 * x

@@ -11,7 +11,7 @@ Python 3.11+; on 3.8-3.10 the note is appended to the message where that is safe
 import sys
 import threading
 
-__all__ = ["add_note", "own_message", "notes_of", "explanation_of", "pickling_failed", "bootstrap_failed"]
+__all__ = ["add_note", "replace_notes", "own_message", "notes_of", "explanation_of", "pickling_failed", "bootstrap_failed"]
 
 PREFIX = "mpcompat: "
 _MARK = "_mpcompat_noted"
@@ -60,6 +60,17 @@ def add_note(exc, text):
                     for klass in type(exc).__mro__[:type(exc).__mro__.index(BaseException)])
     if plain_str and len(args) <= 1 and (not args or isinstance(args[0], str)):
         exc.args = ((args[0] + "\n" if args else "") + text,)
+
+
+def replace_notes(exc, text):
+    """Remove the notes mpcompat added to ``exc`` (from its message too, on 3.8-3.10), then add
+    ``text`` as its only mpcompat note."""
+    mine = notes_of(exc)
+    if mine:
+        if sys.version_info < (3, 11) and len(exc.args) == 1 and isinstance(exc.args[0], str):
+            exc.args = (own_message(exc),)
+        exc.__notes__ = [n for n in exc.__notes__ if n not in mine]
+    add_note(exc, text)
 
 
 def own_message(exc):
@@ -115,7 +126,11 @@ def pickling_failed(exc, obj, pickler, protocol, where):
                                check_main=False, whole=obj)
         if not report.ok:
             exc.__dict__[_REPORT] = _Kept(report)
-            add_note(exc, PREFIX + report.format(header + " What cannot be pickled, and why:"))
+            # The error line of a part that fails as the whole did would repeat the message
+            # just above the note (and, from 3.14, CPython's own "when serializing" notes).
+            known = "%s: %s" % (type(exc).__name__, own_message(exc))
+            add_note(exc, PREFIX + report.format(header + " What cannot be pickled, and why:",
+                                                 known=known))
     except Exception:
         pass
     finally:

@@ -48,10 +48,12 @@ class Problem(object):
         self.path, self.type, self.error = path, type, error
         self.hint, self.exception, self.what = hint, exception, what
 
-    def format(self, indent="  "):
-        """Return the problem as indented lines of text."""
-        lines = ["%s%s  (%s)" % (indent, self.path, self.what),
-                 "%s    error: %s" % (indent, self.error)]
+    def format(self, indent="  ", known=None):
+        """Return the problem as indented lines of text; the error line is left out when it
+        is ``known`` (the message of the exception the report is a note of)."""
+        lines = ["%s%s  (%s)" % (indent, self.path, self.what)]
+        if self.error != known:
+            lines.append("%s    error: %s" % (indent, self.error))
         if self.hint:
             hint_lines = _wrap(self.hint, 88 - len(indent))
             lines.append("%s    hint:  %s" % (indent, hint_lines[0]))
@@ -82,8 +84,9 @@ class Explanation(object):
         self.truncated = truncated
         self.ok = not problems
 
-    def format(self, header=None):
-        """Return the report as text; ``header`` replaces its first line."""
+    def format(self, header=None, known=None):
+        """Return the report as text; ``header`` replaces its first line. ``known``: the
+        error the reader has just read (see :meth:`Problem.format`)."""
         if self.ok:
             return header or "%s can be pickled." % self.name
         count = len(self.problems)
@@ -91,7 +94,7 @@ class Explanation(object):
             self.name, count, "" if count == 1 else "s")
         lines = _wrap(first, 92)
         for problem in self.problems:
-            lines.append(problem.format())
+            lines.append(problem.format(known=known))
         if self.truncated:
             lines.append("  (stopped after %d problems; there may be more: "
                          "explain(..., limit=N) looks further)" % count)

@@ -155,6 +155,16 @@ PATCHES = (
                 "and its parent learns it",
     ),
     PatchSpec(
+        name="multiprocessing.failure_records",
+        targets=("multiprocessing.process", "multiprocessing.spawn"),
+        distributions=(),
+        supported=">=3.8,<3.14",
+        default=True,
+        impl="mpcompat.patches.mp_failure_records",
+        summary="a child's start-up error reaches its parent (a socket the parent owns); a "
+                "plain Process's is named once in the parent",
+    ),
+    PatchSpec(
         name="multiprocessing.pool_workers",
         targets=("multiprocessing.pool",),
         distributions=(),

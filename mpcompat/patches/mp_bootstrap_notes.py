@@ -85,7 +85,13 @@ def start_failed(exc):
         pass
     try:
         from mpcompat.workers import child_failures
-        child_failures.record(exc, what=_step(exc.__traceback__))
+        parent = child_failures.record(exc, what=_step(exc.__traceback__))
+        from mpcompat.diagnose.notes import notes_of, replace_notes
+        if parent is not None and notes_of(exc):
+            # The parent names the cause and the fix once; this child's traceback (one of
+            # many when every worker of a Pool fails alike) only points there.
+            replace_notes(exc, "mpcompat: the cause and the fix were sent to the parent "
+                               "process (pid %d), which reports them once" % parent)
     except Exception:
         pass
 

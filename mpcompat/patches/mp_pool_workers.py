@@ -190,7 +190,8 @@ class _Tracker(object):
 
     def __init__(self, outqueue, processes):
         from multiprocessing.sharedctypes import RawArray
-        self.outqueue, self.processes = outqueue, processes
+        # Weakly: the tracker lives in _trackers until the pool's result queue is freed.
+        self.outqueue, self.processes = weakref.ref(outqueue), processes
         self.array = RawArray("q", 4 * processes)
         self.free = list(range(processes))
         self.slots = {}       # worker Process -> its _Slot
@@ -266,7 +267,9 @@ class _Tracker(object):
         return exc
 
     def _send(self, message):
-        queue = self.outqueue
+        queue = self.outqueue()
+        if queue is None:
+            return
         data = ForkingPickler.dumps(message)
         lock = queue._wlock
         # A worker killed while writing holds the lock for ever: then the pool is wedged as
@@ -520,7 +523,7 @@ def _hooks(module):
         check_running(self)
         tracker = _trackers.get(id(getattr(self, "_outqueue", None)))
         if tracker is not None and tracker.broken is not None and \
-                tracker.outqueue is self._outqueue:
+                tracker.outqueue() is self._outqueue:
             raise tracker.broken_error()
 
     return {"_repopulate_pool_static": staticmethod(_repopulate_pool_static),

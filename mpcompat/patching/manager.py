@@ -32,7 +32,7 @@ _configured = [None]  # the configuration in force (a copy of activation.config)
 class PatchState(object):
     """What happened to one patch in this process."""
 
-    __slots__ = ("spec", "state", "distribution", "version", "reason", "applied", "armed",
+    __slots__ = ("spec", "state", "distribution", "version", "reason", "applied", "armed", "newer",
                  "generation", "inflight", "verdict", "applications")
 
     def __init__(self, spec):
@@ -47,6 +47,7 @@ class PatchState(object):
         self.inflight = set()    # execution keys being applied right now
         self.verdict = None      # (state, reason) once the version has been judged
         self.applications = 0    # how many times apply() succeeded (once per target execution)
+        self.newer = ""          # set when Python is newer than the tested range
 
     @property
     def applied_to(self):
@@ -264,6 +265,11 @@ def _judge_version(st):
         return NOT_NEEDED, "%s %s does not have the bug (needed for %s)" % (
             st.distribution, version, spec.needed)
     if not versions.in_range(version, spec.supported):
+        if not spec.distributions and versions.newer_than(version, spec.supported):
+            # A newer Python: the patch applies where it finds the internals it hooks (its
+            # apply() raises Skip where it does not), and status() says it is untested.
+            st.newer = "Python %s is newer than the tested %s" % (version, spec.supported)
+            return None
         return SKIPPED, "%s %s is outside the tested range %s" % (
             st.distribution, version, spec.supported)
     return None
@@ -340,7 +346,8 @@ def _record(st, module, key, outcome):
         waiting = [t for t in st.spec.targets if t not in st.applied]
         st.state = APPLIED
         st.reason = "on %s" % ", ".join(st.applied_to) + (
-            "; waiting for %s" % ", ".join(waiting) if waiting else "")
+            "; waiting for %s" % ", ".join(waiting) if waiting else "") + (
+            " (%s)" % st.newer if st.newer else "")
     elif not st.applied:  # one target applied and another declining: keep "applied"
         st.state, st.reason = state, reason
 

@@ -59,6 +59,13 @@ def in_range(version, spec):
     return True
 
 
+def newer_than(version, spec):
+    """Whether ``version`` fails ``spec`` only by being above its upper bounds (``"3.16.0"``
+    for ``">=3.8,<3.16"``)."""
+    lower = ",".join(c for c in spec.split(",") if c.strip()[:1] not in ("<", "="))
+    return not in_range(version, spec) and in_range(version, lower)
+
+
 def _clause(clause, spec):
     """``">= 2.4"`` -> ``(">=", (2, 4))``; ValueError for anything else."""
     text = clause.strip()

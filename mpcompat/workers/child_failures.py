@@ -6,121 +6,165 @@ traceback to its own stderr; its parent only sees an exit code, or nothing (a Po
 worker). The child calls :func:`record`; the parent, once it notices the dead child, calls
 :func:`take` or :func:`note_for` and names the cause in its own error.
 
-Storage: one small JSON file per child pid in a directory of this user under the temporary
-directory (``<tmp>/mpcompat-<uid>``, mode 0700, ownership checked), written atomically; old
-files are pruned when a new one is written. Nothing runs at import or while all goes well.
-A record names the child's parent (pid and, on Linux, its start time), so that the parent never
-takes the record of an earlier process that had the same pid.
+The channel is a listening Unix socket the parent owns, opened by :func:`listen` before it
+starts its first child (the ``multiprocessing.failure_records`` patch calls it from
+``Process.start``). Its address reaches spawn and forkserver children in the preparation data
+multiprocessing sends them (:func:`preparation_key`, read back by :func:`heard_from_parent`);
+fork children inherit it with the memory. The environment is left alone. A child connects,
+writes one JSON record and closes; the record waits in the kernel, in the connection not yet
+accepted, until the parent reads it.
+- Linux: an abstract socket (no file at all); the kernel gives the sender's pid and uid
+  (``SO_PEERCRED``), and a record is kept only from a process of this user whose pid is the one
+  it names and whose parent is this process or its forkserver.
+- Other Unix systems: a socket file in a private directory (mode 0700) that the parent removes
+  at exit. Windows: no channel; the child's stderr is the only report.
+Nothing runs at import or while all goes well, and nothing is left on disk once the parent ends.
 """
 import os
 import sys
 
-__all__ = ["record", "take", "note_for"]
+__all__ = ["listen", "address", "heard_from_parent", "record", "take", "forget", "note_for",
+           "describe"]
 
 PREFIX = "mpcompat: "
-_MAX_AGE = 24 * 3600      # records older than this are pruned, and never taken
+KEY = "mpcompat_failure_channel"  # in the preparation data of spawn and forkserver children
 _MAX_ERROR = 2000         # characters kept of the error line
 _MAX_NOTE = 8000          # characters kept of each note
+_MAX_KEPT = 1000          # records read but not yet taken, newest kept
 _MARK = "_mpcompat_recorded"
 
 
-def record(exc, what=None):
-    """In a child process: store why this process failed (``exc``) for its parent.
+class _Channel(object):
+    """This process's listening socket and the records read from it, not yet taken."""
 
-    Keeps the exception's type and message, the mpcompat notes attached to it
+    def __init__(self):
+        self.owner = None      # pid of the process that opened ``sock``
+        self.sock = None
+        self.address = None    # where ``sock`` listens, "<owner pid>:<address>"
+        self.directory = None  # the socket file's directory (not on Linux)
+        self.records = {}      # pid -> record, in arrival order
+        self.parent = None     # the parent's address, told to a spawn or forkserver child
+
+
+_channel = _Channel()
+
+
+def listen():
+    """In a parent about to start a child: open this process's channel, or read the records
+    waiting on it (one system call when there are none), so that :func:`forget` can tell them
+    from the new child's. Never raises."""
+    try:
+        if _channel.owner == os.getpid():
+            _read()
+        else:
+            _open()
+    except Exception:
+        pass
+
+
+def _open():
+    import socket
+    family = getattr(socket, "AF_UNIX", None)
+    if family is None:
+        return
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    directory = None
+    try:
+        if sys.platform.startswith("linux"):
+            address = "\0mpcompat-%d-%s" % (os.getpid(), os.urandom(8).hex())
+        else:
+            import tempfile
+            directory = tempfile.mkdtemp(prefix="mpcompat-")
+            address = os.path.join(directory, "failures")
+        sock.bind(address)
+        sock.listen(4096)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        _remove_directory(directory)
+        raise
+    old = _channel.sock  # ours, or the parent's inherited by fork: not read here
+    if _channel.owner is not None and _channel.owner != os.getpid():
+        _channel.parent = _channel.address  # a fork child: its parent's, inherited
+    _channel.owner, _channel.sock, _channel.directory = os.getpid(), sock, directory
+    _channel.records = {}
+    if old is not None:
+        old.close()
+    import atexit
+    atexit.register(_close, os.getpid())
+    _channel.address = "%d:%s" % (os.getpid(), address.replace("\0", "@", 1))
+
+
+def address():
+    """This process's channel ("<pid>:<address>") for the children it starts, or None."""
+    return _channel.address if _channel.owner == os.getpid() else None
+
+
+def heard_from_parent(value):
+    """In a spawn or forkserver child: ``value`` is the parent's channel, from the preparation
+    data its parent sent (see :func:`address`)."""
+    if isinstance(value, str) and value:
+        _channel.parent = value
+
+
+def _parent_address():
+    if _channel.owner is not None and _channel.owner != os.getpid():
+        return _channel.address  # a fork child: the parent's channel came with the memory
+    return _channel.parent
+
+
+def _close(owner):
+    if _channel.owner == owner == os.getpid():
+        _channel.sock.close()
+        _remove_directory(_channel.directory)
+
+
+def _remove_directory(directory):
+    if directory:
+        import shutil
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+# --- the child side ----------------------------------------------------------------------------
+
+def record(exc, what=None):
+    """In a child process: send why this process failed (``exc``) to its parent.
+
+    Sends the exception's type and message, the mpcompat notes attached to it
     (``exc.__notes__``) and ``what`` (the step that failed, e.g. "unpickling the process object
-    sent by its parent"). Does nothing outside a multiprocessing child process. Never raises,
-    prints nothing; a second call for the same exception does nothing.
+    sent by its parent"). Returns the parent's pid once the record is on its way, None when
+    there is no parent to tell (not a multiprocessing child, no channel) or on a second call
+    for the same exception. Never raises, prints nothing.
     """
     try:
         if getattr(exc, "__dict__", {}).get(_MARK) or not _is_child(exc):
-            return
+            return None
         exc.__dict__[_MARK] = True
-        parent = os.getppid()
+        owner, _, where = (_parent_address() or "").partition(":")
+        if not where:
+            return None
         data = {
             "pid": os.getpid(),
             "error": _clip(_error_text(exc), _MAX_ERROR),
             "notes": [_clip(n, _MAX_NOTE) for n in _notes(exc)][:8],
             "what": _clip(str(what), 300) if what else None,
             "time": _now(),
-            "parent": parent,
-            "parent_start": _start_ticks(parent),
+            "parent": os.getppid(),
         }
-        _write(data)
-    except Exception:
-        pass
-
-
-def take(pid):
-    """In a parent: return and delete the record of child ``pid``, or None.
-
-    The record is a dict ``{"pid", "error", "notes", "what", "time"}``. A record left by an
-    earlier process with the same pid (another parent, or older than a day) is deleted and
-    not returned. Never raises.
-    """
-    try:
-        pid = int(pid)
-        directory = _directory(create=False)
-        if directory is None:
-            return None
-        path = os.path.join(directory, "%d.json" % pid)
-        try:
-            with open(path, "r") as fh:
-                text = fh.read()
-        except OSError:
-            return None
-        _remove(path)
         import json
-        data = json.loads(text)
-        if data.get("pid") != pid or not _from_my_child(data):
-            return None
-        return {"pid": pid, "error": data.get("error") or "", "notes": list(
-            data.get("notes") or ()), "what": data.get("what"), "time": data.get("time")}
+        import socket
+        payload = json.dumps(data).encode("utf-8")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(5.0)
+            sock.connect(where.replace("@", "\0", 1) if where[0] == "@" else where)
+            sock.sendall(payload)
+        finally:
+            sock.close()
+        return int(owner)
     except Exception:
         return None
 
-
-def note_for(pids, what):
-    """In a parent: a note naming why the children ``pids`` failed while starting, or None.
-
-    ``what`` names the children (e.g. "Pool worker process"). The records of ``pids`` are taken
-    (see :func:`take`). The text starts with "mpcompat: " and has, for each child with a record,
-    "<what> (pid N) failed while starting: <error>", then the notes of that error (which carry
-    the fix). Children that failed with the same error share one copy of the notes. Never raises.
-    """
-    try:
-        records = [r for r in (take(pid) for pid in pids) if r is not None]
-        if not records:
-            return None
-        lines, seen = [], {}
-        for rec in records:
-            key = (rec["error"], tuple(rec["notes"]), rec["what"])
-            if key in seen:
-                lines.append("%s (pid %d) failed while starting the same way." % (
-                    what, rec["pid"]))
-                continue
-            seen[key] = rec["pid"]
-            if lines:
-                lines.append("")
-            lines.append("%s (pid %d) failed while starting: %s" % (
-                what, rec["pid"], _first_paragraph(rec["error"])))
-            if rec["what"]:
-                lines.append("(while %s)" % rec["what"])
-            for note in rec["notes"]:
-                lines.append(note)
-        return PREFIX + "\n".join(lines)
-    except Exception:
-        return None
-
-
-def _first_paragraph(text):
-    """The error up to its first blank line, on one line (the bootstrapping-phase error spans
-    fifteen indented lines)."""
-    head = text.strip().split("\n\n", 1)[0]
-    return " ".join(head.split())
-
-
-# --- the child side ----------------------------------------------------------------------------
 
 def _is_child(exc):
     """Whether this process is a multiprocessing child (started by spawn, forkserver or fork)."""
@@ -174,108 +218,139 @@ def _now():
     return time.time()
 
 
-def _write(data):
-    import json
-    import tempfile
-    directory = _directory(create=True)
-    if directory is None:
-        return
-    _prune(directory)
-    fd, tmp = tempfile.mkstemp(prefix=".%d." % data["pid"], suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh)
-        os.replace(tmp, os.path.join(directory, "%d.json" % data["pid"]))
-    except BaseException:
-        _remove(tmp)
-        raise
-
-
-def _prune(directory):
-    """Delete records (and left-over temporary files) older than a day."""
-    limit = _now() - _MAX_AGE
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    for name in names[:1000]:
-        path = os.path.join(directory, name)
-        try:
-            if os.lstat(path).st_mtime < limit:
-                os.remove(path)
-        except OSError:
-            pass
-
-
 # --- the parent side ---------------------------------------------------------------------------
 
-def _from_my_child(data):
-    """Whether a record comes from a child of this process (or of its forkserver), now."""
-    if not isinstance(data.get("time"), (int, float)) or data["time"] < _now() - _MAX_AGE:
-        return False
+def take(pid):
+    """In a parent: return and forget the record of child ``pid``, or None.
+
+    The record is a dict ``{"pid", "error", "notes", "what", "time"}``. Never raises.
+    """
+    try:
+        pid = int(pid)
+        _read()
+        data = _channel.records.pop(pid, None)
+        if data is None:
+            return None
+        return {"pid": pid, "error": data.get("error") or "", "notes": list(
+            data.get("notes") or ()), "what": data.get("what"), "time": data.get("time")}
+    except Exception:
+        return None
+
+
+def forget(pid):
+    """In a parent that has just started child ``pid`` (after :func:`listen`): drop a record
+    left by an earlier child with the same pid, so that it is never taken for this one. Reads
+    nothing new: the new child's own record may be waiting already. Never raises."""
+    try:
+        _channel.records.pop(int(pid), None)
+    except Exception:
+        pass
+
+
+def _read():
+    """Move the records waiting on this process's channel into ``_channel.records``."""
+    sock = _channel.sock
+    if sock is None or _channel.owner != os.getpid():
+        return
+    parents = _parents()
+    while True:
+        try:
+            conn, _ = sock.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        try:
+            data = _receive(conn)
+        finally:
+            conn.close()
+        if data is not None and data.get("parent") in parents:
+            records = _channel.records
+            records.pop(data["pid"], None)
+            records[data["pid"]] = data
+            while len(records) > _MAX_KEPT:
+                del records[next(iter(records))]
+
+
+def _receive(conn):
+    """The record a connection carries, or None if it is not a record from our children."""
+    import json
+    import socket
+    peer = None
+    if hasattr(socket, "SO_PEERCRED"):
+        import struct
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        peer, uid, _ = struct.unpack("3i", creds)
+        if uid != os.getuid():
+            return None
+    conn.settimeout(1.0)
+    chunks = []
+    try:
+        while True:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if sum(len(c) for c in chunks) > 200000:
+                return None
+        data = json.loads(b"".join(chunks).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("pid"), int):
+        return None
+    if peer is not None and peer != data["pid"]:
+        return None
+    return data
+
+
+def _parents():
+    """The pids a record may name as its parent: this process and its forkserver."""
     parents = [os.getpid()]
     forkserver = sys.modules.get("multiprocessing.forkserver")
     server = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
     if isinstance(server, int):
         parents.append(server)
-    parent = data.get("parent")
-    if parent not in parents:
-        return False
-    started = data.get("parent_start")
-    if started is None:
-        return True
-    mine = _start_ticks(parent)
-    return mine is None or mine == started
+    return parents
 
 
-def _start_ticks(pid):
-    """The start time of process ``pid`` in clock ticks since boot (Linux), or None."""
+def note_for(pids, what):
+    """In a parent: a note naming why the children ``pids`` failed while starting, or None.
+
+    ``what`` names the children (e.g. "Pool worker process"). The records of ``pids`` are taken
+    (see :func:`take`). The text starts with "mpcompat: " and has, for each child with a record,
+    "<what> (pid N) failed while starting: <error>", then the notes of that error (which carry
+    the fix). Children that failed with the same error share one copy of the notes. Never raises.
+    """
     try:
-        with open("/proc/%d/stat" % pid, "rb") as fh:
-            stat = fh.read()
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-        return int(stat[stat.rindex(b")") + 2:].split()[19])
+        records = [r for r in (take(pid) for pid in pids) if r is not None]
+        return describe(records, what)
     except Exception:
         return None
 
 
-# --- the directory -----------------------------------------------------------------------------
-
-def _directory(create):
-    """This user's directory of records, or None if it is missing or not safe to use."""
-    import tempfile
-    uid = getattr(os, "getuid", None)
-    owner = uid() if uid is not None else None
-    name = "mpcompat-%s" % (owner if owner is not None else _user_name())
-    path = os.path.join(tempfile.gettempdir(), name)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        if not create:
-            return None
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
-        st = os.lstat(path)
-    import stat
-    if not stat.S_ISDIR(st.st_mode):
-        return None  # a file or a symbolic link where the directory should be
-    if owner is not None and (st.st_uid != owner or st.st_mode & 0o077):
-        return None  # another user's, or open to others: never read or write there
-    return path
+def describe(records, what):
+    """The note :func:`note_for` makes of ``records`` already taken, or None if there are none."""
+    if not records:
+        return None
+    lines, seen = [], {}
+    for rec in records:
+        key = (rec["error"], tuple(rec["notes"]), rec["what"])
+        if key in seen:
+            lines.append("%s (pid %d) failed while starting the same way." % (
+                what, rec["pid"]))
+            continue
+        seen[key] = rec["pid"]
+        if lines:
+            lines.append("")
+        lines.append("%s (pid %d) failed while starting: %s" % (
+            what, rec["pid"], _first_paragraph(rec["error"])))
+        if rec["what"]:
+            lines.append("(while %s)" % rec["what"])
+        for note in rec["notes"]:
+            lines.append(note)
+    return PREFIX + "\n".join(lines)
 
 
-def _user_name():
-    for var in ("USERNAME", "USER", "LOGNAME"):
-        value = os.environ.get(var)
-        if value:
-            return "".join(c for c in value if c.isalnum() or c in "-_.") or "user"
-    return "user"
-
-
-def _remove(path):
-    try:
-        os.remove(path)
-    except OSError:
-        pass
+def _first_paragraph(text):
+    """The error up to its first blank line, on one line (the bootstrapping-phase error spans
+    fifteen indented lines)."""
+    head = text.strip().split("\n\n", 1)[0]
+    return " ".join(head.split())

@@ -1,15 +1,15 @@
-"""mpcompat.workers.child_failures: a child records why it failed, its parent takes the record.
+"""mpcompat.workers.child_failures: a child records why it failed, its parent takes the record,
+through a socket the parent owns (nothing on disk).
 
-Real child processes (fork, spawn, forkserver) record; the test process is their parent.
-Tests that need a directory of their own run in a child interpreter with TMPDIR set.
+Real child processes (fork, spawn, forkserver) record; the test process is their parent. Tests
+that need a process of their own (a fresh channel, TMPDIR, a faked platform) run a script in a
+child interpreter.
 """
-import json
 import multiprocessing
+import multiprocessing.connection
 import os
-import stat
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -21,34 +21,30 @@ METHODS = ["fork", "spawn", "forkserver"]
 
 
 def run_child(method, target, *args):
-    """Start ``target(*args)`` in a ``method`` child, wait for it; return the Process."""
+    """Start ``target(*args)`` in a ``method`` child and wait for it to end, but do not join it
+    (join names a plain Process's recorded cause, and takes the record); return the Process."""
     process = multiprocessing.get_context(method).Process(target=target, args=args)
     process.start()
-    process.join(60)
-    assert process.exitcode is not None, "the child hung"
+    assert multiprocessing.connection.wait([process.sentinel], 60), "the child hung"
     return process
 
 
-def record_file(pid):
-    return os.path.join(child_failures._directory(create=False), "%d.json" % pid)
+def finish(*processes):
+    for process in processes:
+        process.join(60)
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_a_child_records_and_its_parent_takes_it_once(method):
-    before = time.time()
     process = run_child(method, h.fail_and_record, "unpickling what its parent sent")
-    assert process.exitcode == 3
-    directory = child_failures._directory(create=False)
-    assert stat.S_IMODE(os.lstat(directory).st_mode) == 0o700
-    assert os.lstat(directory).st_uid == os.getuid()
     record = child_failures.take(process.pid)
     assert record == {
         "pid": process.pid, "error": "ValueError: the data is gone",
         "notes": ["mpcompat: the fix is to bring the data back"],
         "what": "unpickling what its parent sent", "time": record["time"]}
-    assert before <= record["time"] <= time.time()
-    assert child_failures.take(process.pid) is None  # taken: deleted
-    assert not os.path.exists(record_file(process.pid))
+    assert child_failures.take(process.pid) is None  # taken once
+    finish(process)
+    assert process.exitcode == 3
 
 
 def test_note_for_names_each_child_and_the_notes_once():
@@ -70,93 +66,126 @@ def test_note_for_names_each_child_and_the_notes_once():
         "mpcompat: the fix is to bring the data back",
     ])
     assert child_failures.note_for([first.pid, other.pid], "Pool worker process") is None
+    finish(first, second, other, nothing)
 
 
 def test_records_only_in_multiprocessing_children_and_never_raises():
     try:
         raise KeyError("parent")
     except KeyError as exc:
-        child_failures.record(exc, what="not a child")
+        assert child_failures.record(exc, what="not a child") is None
     assert child_failures.take(os.getpid()) is None
     process = run_child("fork", h.record_unprintable)
-    assert process.exitcode == 4
     record = child_failures.take(process.pid)
     assert record["error"] == "Unprintable: <unprintable>" and record["notes"] == []
     assert child_failures.take("not a pid") is None
     assert child_failures.note_for(["x"], "worker") is None
+    finish(process)
 
 
-STALE = """
-import multiprocessing, sys
-import child_failures_helpers as h
-p = multiprocessing.get_context("fork").Process(target=h.fail_and_record, args=("x",))
-p.start(); p.join()
-print(p.pid)
-"""
+def test_a_record_from_an_earlier_child_with_the_same_pid_is_dropped_at_start():
+    process = run_child("fork", h.fail_and_record, "x")
+    # What Process.start does around the start of a new child that gets the same pid.
+    child_failures.listen()
+    child_failures.forget(process.pid)
+    assert child_failures.take(process.pid) is None
+    finish(process)
 
 
-def test_a_record_of_another_parent_or_an_earlier_process_is_not_taken():
-    # A child of another process (as a child of an earlier process with this pid would be).
-    result = run_python(STALE, timeout=60)
-    pid = int(result.stdout.split()[-1])
-    assert os.path.exists(record_file(pid))
-    assert child_failures.take(pid) is None
-    assert not os.path.exists(record_file(pid))  # a stale record is deleted
-    # A record naming this process as parent, with another start time of the parent (this
-    # pid, earlier), or older than a day, is stale as well.
-    for change in ({"parent_start": 1}, {"time": time.time() - 3 * 86400}):
-        process = run_child("fork", h.fail_and_record, "x")
-        path = record_file(process.pid)
-        with open(path) as fh:
-            data = json.load(fh)
-        assert data["parent"] == os.getpid()
-        data.update(change)
-        with open(path, "w") as fh:
-            json.dump(data, fh)
-        assert child_failures.take(process.pid) is None
-        assert not os.path.exists(path)
-
-
-OWN_DIR = """
-import multiprocessing, os, sys, time, tempfile
+FORGED = """
+import json, multiprocessing, multiprocessing.connection, os, socket, sys
+import mpcompat
 import child_failures_helpers as h
 from mpcompat.workers import child_failures
-directory = os.path.join(tempfile.gettempdir(), "mpcompat-%d" % os.getuid())
-print("exists after import:", os.path.exists(directory))
-old = os.path.join(directory, "1.json")
-if sys.argv[1] == "prune":
-    os.mkdir(directory, 0o700)
-    with open(old, "w") as fh:
-        fh.write("{}")
-    os.utime(old, (time.time() - 2 * 86400,) * 2)
-elif sys.argv[1] == "open":
-    os.mkdir(directory, 0o777)
-    os.chmod(directory, 0o777)
-elif sys.argv[1] == "link":
-    os.mkdir(directory + ".real", 0o700)
-    os.symlink(directory + ".real", directory)
-p = multiprocessing.get_context("fork").Process(target=h.fail_and_record, args=("x",))
-p.start(); p.join()
-print("files:", sorted(n for n in os.listdir(directory) if not n.startswith(".")))
-print("taken:", child_failures.take(p.pid) is not None)
-print("real:", sorted(os.listdir(directory + ".real")) if sys.argv[1] == "link" else None)
+
+def send(address, data):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(address.replace("@", "\\0", 1))
+    s.sendall(json.dumps(data).encode())
+    s.close()
+
+def grandchild(top):
+    child_failures.listen()  # this process's own channel ...
+    child_failures._channel.address = top  # ... but its fork child inherits the top one's
+    p = multiprocessing.get_context("fork").Process(target=h.fail_and_record, args=("x",))
+    p.start(); p.join()
+
+# A real child, waited for but not joined; its record is the one to take.
+real = multiprocessing.get_context("fork").Process(target=h.fail_and_record, args=("x",))
+real.start()
+multiprocessing.connection.wait([real.sentinel])
+address = child_failures.address().split(":", 1)[1]
+record = {"pid": real.pid, "error": "Forged: no", "notes": [], "what": None, "time": 0,
+          "parent": os.getpid()}
+# Another user (uid 65534) naming the real child's pid.
+pid = os.fork()
+if pid == 0:
+    os.setuid(65534)
+    send(address, record)
+    os._exit(0)
+os.waitpid(pid, 0)
+# A process of this user that names another pid than its own.
+pid = os.fork()
+if pid == 0:
+    send(address, record)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("REAL", child_failures.take(real.pid)["error"], flush=True)
+# A grandchild (its parent is not this process) whose record reaches this channel.
+middle = multiprocessing.get_context("fork").Process(target=grandchild,
+                                                    args=(child_failures.address(),))
+middle.start(); middle.join()
+child_failures._read()
+print("KEPT", len(child_failures._channel.records), middle.exitcode, flush=True)
 """
 
 
-@pytest.mark.parametrize("case", ["prune", "open", "link"])
-def test_directory_is_private_and_pruned(tmp_path, case):
-    env = child_env(TMPDIR=str(tmp_path))
-    result = run_python(OWN_DIR, case, env=env, timeout=60)
+def test_only_records_of_this_users_own_children_are_kept(tmp_path):
+    result = run_python(FORGED, env=child_env(TMPDIR=str(tmp_path)), timeout=60)
+    assert "REAL ValueError: the data is gone" in result.stdout, result.stdout + result.stderr
+    assert "KEPT 0 0" in result.stdout, result.stdout + result.stderr
+
+
+PILE = """
+import multiprocessing, os, sys, tempfile
+import mpcompat
+import child_failures_helpers as h
+from mpcompat.workers import child_failures
+
+if sys.argv[1] == "elsewhere":
+    sys.platform = "darwin"  # the socket-file channel of other Unix systems
+ctx = multiprocessing.get_context("fork")
+children = [ctx.Process(target=h.fail_and_record, args=("starting",)) for _ in range(100)]
+for p in children:
+    p.start()
+for p in children:
+    p.join()
+print("EXIT CODES", sorted(set(p.exitcode for p in children)))
+flag = ctx.Value("i", 0)
+with ctx.Pool(2, initializer=h.fail_once, initargs=(flag,)) as pool:  # fails once, recovers
+    print("POOL", pool.map(h.double, range(4)), flag.value)
+print("KEPT", len(child_failures._channel.records))
+print("FILES", sorted(os.listdir(tempfile.gettempdir())))
+print("ENVIRON", [k for k in os.environ if k.startswith("MPCOMPAT") and k != "MPCOMPAT_WARNED"])
+"""
+
+
+@pytest.mark.parametrize("platform", ["linux", "elsewhere"])
+def test_failing_children_and_a_pool_that_recovers_leave_nothing_behind(tmp_path, platform):
+    result = run_python(PILE, platform, env=child_env(TMPDIR=str(tmp_path)), timeout=120)
     out = result.stdout
-    assert "exists after import: False" in out, result.stderr  # nothing at import
-    if case == "prune":
-        files = out.split("files: ")[1].splitlines()[0]
-        assert "'1.json'" not in files and files.count(".json") == 1  # the old one is gone
-        assert "taken: True" in out
-    else:  # open to others, or a link: never written to
-        assert "files: []" in out and "taken: False" in out, out + result.stderr
-        if case == "link":
-            assert "real: []" in out
+    assert "EXIT CODES [3]" in out and "KEPT 0" in out, out + result.stderr
+    assert "POOL [0, 2, 4, 6] 1" in out
+    files = out.split("FILES ")[1].splitlines()[0]
+    if platform == "linux":
+        assert files == "[]"   # an abstract socket: no file, even while running
+    else:
+        assert files.startswith("['mpcompat-")  # the socket file's private directory
+    assert os.listdir(str(tmp_path)) == []  # and nothing once the program has ended
+    assert "ENVIRON []" in out  # the channel leaves the environment alone
+    # The parent named the cause once (all hundred children failed alike).
+    assert result.stderr.count("MpcompatWarning: mpcompat: Process 'ForkProcess-") == 1, \
+        result.stderr
 
 
 def test_import_costs_nothing():

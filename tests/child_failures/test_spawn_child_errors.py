@@ -32,13 +32,11 @@ if __name__ == "__main__":
     globals()["Made"] = Alias             # ... but found in the parent's __main__
 
     import json
-    from mpcompat.workers import child_failures
     for method, arg in (("spawn", Task()), ("forkserver", Task()), ("spawn", Alias())):
         process = multiprocessing.get_context(method).Process(target=work, args=(arg,))
         process.start()
         process.join(60)
-        print("RECORD " + json.dumps([method, process.exitcode,
-                                      child_failures.take(process.pid)]), flush=True)
+        print("RECORD " + json.dumps([method, process.exitcode, process.pid]), flush=True)
 '''
 
 UNGUARDED = '''\
@@ -47,7 +45,6 @@ import multiprocessing
 import sys
 if sys.argv[1] == "import":
     import mpcompat
-from mpcompat.workers import child_failures
 
 
 def work():
@@ -57,7 +54,7 @@ def work():
 process = multiprocessing.get_context("spawn").Process(target=work)
 process.start()
 process.join(60)
-print("RECORD " + json.dumps([process.exitcode, child_failures.take(process.pid)]), flush=True)
+print("RECORD " + json.dumps([process.exitcode, process.pid]), flush=True)
 '''
 
 ROUTES = ["import", "run", "before"]
@@ -89,7 +86,6 @@ def test_a_class_from_the_main_guard_kills_the_child_with_an_explanation(tmp_pat
     assert [r[:2] for r in records] == [["spawn", 1], ["forkserver", 1], ["spawn", 1]], \
         result.stdout + err
     missing = "AttributeError: Can't get attribute '%s' on <module '__mp_main__' from '%s'>"
-    assert err.count(missing % ("Task", path)) == 2 and err.count(missing % ("Made", path)) == 1
     advice = ("mpcompat: class Task is defined inside `if __name__ == \"__main__\":` of %s, "
               "line 12. Spawn and forkserver child processes import train.py as __mp_main__ "
               "without running that block, so unpickling a reference to __main__.Task fails "
@@ -100,17 +96,23 @@ def test_a_class_from_the_main_guard_kills_the_child_with_an_explanation(tmp_pat
             "== \"__main__\":` block): the parent created it at run time" % path)
     if route == "before":
         assert "mpcompat:" not in err
-        assert [r[2] for r in records] == [None, None, None]
+        assert err.count(missing % ("Task", path)) == 2
+        assert err.count(missing % ("Made", path)) == 1
         return
-    # The child's own traceback shows the note under the error ...
-    assert err.count(missing % ("Task", path) + "\n" + advice) == 2, err
-    assert made in err
-    # ... and the parent can take it.
-    for method, exitcode, record in records[:2]:
-        assert record["error"] == missing % ("Task", path)
-        assert record["notes"] == [advice]
-        assert record["what"] == "unpickling the process object its parent sent"
-    assert records[2][2]["notes"][0].startswith(made)
+    # Each child's own traceback points to its parent, which names each cause once, with the
+    # step that failed and the fix.
+    pid = int(err.split("were sent to the parent process (pid ")[1].split(")")[0])
+    pointer = ("\nmpcompat: the cause and the fix were sent to the parent process (pid %d), "
+               "which reports them once" % pid)
+    assert err.count(missing % ("Task", path) + pointer) == 2, err
+    assert err.count(missing % ("Made", path) + pointer) == 1, err
+    task = ("MpcompatWarning: mpcompat: Process 'SpawnProcess-1' (pid %d) failed while starting: "
+            "%s\n(while unpickling the process object its parent sent)\n%s" % (
+                records[0][2], missing % ("Task", path), advice))
+    assert err.count(task) == 1 and err.count(advice) == 1, err  # forkserver's: the same cause
+    assert err.count("MpcompatWarning: mpcompat: Process 'SpawnProcess-3' (pid %d) failed while "
+                     "starting: %s\n(while unpickling the process object its parent sent)\n%s"
+                     % (records[2][2], missing % ("Made", path), made)) == 1, err
 
 
 @pytest.mark.parametrize("route", ROUTES)
@@ -118,18 +120,21 @@ def test_the_missing_main_guard_is_recorded_with_its_note(tmp_path, route):
     result, path, records = run_script(tmp_path, UNGUARDED, route)
     err = result.stderr
     assert "An attempt has been made to start a new process" in err, result.stdout + err
-    (exitcode, record), = records
+    (exitcode, pid), = records
     assert exitcode == 1
     if route == "before":
-        assert record is None and "mpcompat:" not in err
+        assert "mpcompat:" not in err
         return
-    assert record["error"].startswith("RuntimeError: An attempt has been made to start a new "
-                                      "process before the\n")
-    note, = record["notes"]
-    assert note.startswith("mpcompat: %s, line 14 starts a new process while this process is "
-                           "still importing the main module to start up:" % path)
-    assert '    if __name__ == "__main__":\n        process.start()' in note
-    assert record["what"] == "importing the main module %s as __mp_main__" % path
+    warning = err.split("MpcompatWarning: mpcompat: ")[1]
+    assert warning.startswith("Process 'SpawnProcess-1' (pid %d) failed while starting: "
+                              "RuntimeError: An attempt has been made to start a new process "
+                              "before the current process has finished its bootstrapping "
+                              "phase." % pid), err
+    assert ("\n(while importing the main module %s as __mp_main__)\nmpcompat: %s, line 13 starts "
+            "a new process while this process is still importing the main module to start up:"
+            % (path, path)) in warning
+    assert '    if __name__ == "__main__":\n        process.start()' in warning
+    assert err.count("line 13 starts a new process") == 1  # the child only points here
 
 
 HOOK = '''\

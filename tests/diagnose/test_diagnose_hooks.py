@@ -244,3 +244,25 @@ def test_bootstrap_error_names_the_line_and_the_guard(tmp_path):
                            cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            universal_newlines=True, timeout=120)
     assert "An attempt has been made" in plain.stderr and "mpcompat:" not in plain.stderr
+
+
+def test_one_report_the_exact_text_a_user_reads(spawn_pool):
+    """What follows the error line: from 3.14 CPython's own "when serializing" notes, then
+    mpcompat's note with only what they lack (the path, the hint); the error once."""
+    import traceback
+    with pytest.raises(TypeError) as info:
+        spawn_pool.apply(workers.echo, ({"a": [w.Holder(lock=threading.Lock())]},))
+    text = "".join(traceback.format_exception_only(type(info.value), info.value))
+    error = "TypeError: cannot pickle '_thread.lock' object"
+    cpython = ["when serializing dict item 'lock'", "when serializing Holder state",
+               "when serializing Holder object", "when serializing list item 0",
+               "when serializing dict item 'a'", "when serializing tuple item 0",
+               "when serializing tuple item 3"] if sys.version_info >= (3, 14) else []
+    assert text.splitlines()[:len(cpython) + 5] == [error] + cpython + [
+        "mpcompat: A task could not be sent to the Pool's worker processes: pickling it failed. "
+        "What cannot be",
+        "pickled, and why:",
+        "  args[0]['a'][0].lock  (_thread.lock object)",
+        "      hint:  Locks, conditions, events and queue.Queue objects belong to the threads of "
+        "this"], text
+    assert text.count("cannot pickle '_thread.lock' object") == 1

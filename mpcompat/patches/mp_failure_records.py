@@ -1,0 +1,128 @@
+"""Patch ``multiprocessing.failure_records``: the channel that carries a child's start-up error
+to its parent (``mpcompat.workers.child_failures``), and the parent's word on a plain Process.
+
+- ``BaseProcess.start`` opens this process's channel before its first child starts, and drops
+  a record that an earlier child with the new child's pid left untaken.
+- ``spawn.get_preparation_data`` adds the channel's address to what a spawn or forkserver child
+  is sent first; the child's ``spawn.prepare`` hands it to ``child_failures`` before it imports
+  the main module (where mpcompat activates only then, from the script's own ``import
+  mpcompat``, ``apply`` reads it from the running ``spawn._main``).
+- ``BaseProcess.join``: a plain ``Process`` (one whose target is not a Pool's, an executor's or
+  torch's worker: those name their workers' causes in their own errors) that exits non-zero
+  after recording why is named once in the parent, as one ``MpcompatWarning`` per cause with
+  the child's error and mpcompat's notes (the child's own traceback points here instead of
+  repeating them).
+
+Both are plain functions (``Process.start`` and ``join`` are called by name, never pickled, but
+the standard-library patches do not import wrapt). One extra call per start and per join.
+"""
+import functools
+import sys
+
+from mpcompat.patching.patcher import Patcher
+
+patcher = Patcher()
+# Targets whose owners name a dead worker's cause in their own error.
+_OWNED = ("multiprocessing.pool", "concurrent.futures.process", "torch.")
+_OWNED_MARK = "_mpcompat_owner_names_failures"
+
+
+def _start(original):
+    @functools.wraps(original)
+    def start(self):
+        from mpcompat.workers import child_failures
+        child_failures.listen()
+        owned = _owned(self)  # start() deletes the target (bpo-30775)
+        original(self)
+        if owned:
+            self.__dict__[_OWNED_MARK] = True
+        child_failures.forget(self.pid)
+    return start
+
+
+def _join(original):
+    @functools.wraps(original)
+    def join(self, timeout=None):
+        original(self, timeout)
+        code = self.exitcode
+        if code and not self.__dict__.get(_OWNED_MARK):
+            _name_cause(self, code)
+    return join
+
+
+def _owned(process):
+    module = getattr(getattr(process, "_target", None), "__module__", None) or ""
+    return module.startswith(_OWNED)
+
+
+def _name_cause(process, code):
+    """Warn, once per cause, with what child ``process`` recorded before exiting with
+    ``code``."""
+    try:
+        from mpcompat.workers import child_failures
+        record = child_failures.take(process.pid)
+        if record is None:
+            return
+        note = child_failures.describe([record], "Process %r" % process.name)
+        from mpcompat import activation
+        activation.warn(note[len(child_failures.PREFIX):],
+                        key=repr((record["error"], record["notes"], record["what"])))
+    except Exception:
+        pass
+
+
+def _get_preparation_data(original):
+    @functools.wraps(original)
+    def get_preparation_data(*args, **kwargs):
+        data = original(*args, **kwargs)
+        from mpcompat.workers import child_failures
+        address = child_failures.address()
+        if address is not None and isinstance(data, dict):
+            data[child_failures.KEY] = address  # prepare() ignores keys it does not know
+        return data
+    return get_preparation_data
+
+
+def _prepare(original):
+    @functools.wraps(original)
+    def prepare(data, *args, **kwargs):
+        _heard(data)
+        return original(data, *args, **kwargs)
+    return prepare
+
+
+def _heard(data):
+    from mpcompat.workers import child_failures
+    if isinstance(data, dict):
+        child_failures.heard_from_parent(data.get(child_failures.KEY))
+
+
+def _running_main(module):
+    """The frame of ``module._main`` when this thread runs it (mpcompat activated by the
+    script's own import while a spawn child imports it), else None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_main" and frame.f_globals is module.__dict__:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def apply(module):
+    """``multiprocessing.process``: wrap ``BaseProcess.start`` and ``join``.
+    ``multiprocessing.spawn``: wrap ``get_preparation_data`` and ``prepare``."""
+    if module.__name__ == "multiprocessing.process":
+        cls = module.BaseProcess
+        patcher.replace(cls, "start", _start(patcher.original(cls, "start")))
+        patcher.replace(cls, "join", _join(patcher.original(cls, "join")))
+        return
+    for name, wrap in (("get_preparation_data", _get_preparation_data), ("prepare", _prepare)):
+        patcher.replace(module, name, wrap(patcher.original(module, name)))
+    frame = _running_main(module)
+    if frame is not None:
+        _heard(frame.f_locals.get("preparation_data"))
+
+
+def revert(module):
+    """Put back what ``apply`` replaced in ``module``, where ours is still in place."""
+    patcher.restore(module)

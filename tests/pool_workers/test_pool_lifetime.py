@@ -1,0 +1,25 @@
+"""A Pool that is done leaves nothing of mpcompat's behind: its worker Process objects, queues
+and tracker are freed with it (CPython's regrtest reports kept Process objects as "dangling
+processes")."""
+import pytest
+
+from testenv import run_python
+
+SCRIPT = """
+import gc, sys, multiprocessing, multiprocessing.process
+import mpcompat
+from mpcompat.patches import mp_pool_workers
+for _ in range(3):
+    with multiprocessing.get_context(sys.argv[1]).Pool(2, maxtasksperchild=1) as pool:
+        pool.map(abs, range(4))
+    pool.join()
+del pool
+gc.collect()
+print("LEFT", len(multiprocessing.process._dangling), len(mp_pool_workers._trackers))
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_finished_pool_is_freed(method):
+    result = run_python(SCRIPT, method, timeout=120)
+    assert "LEFT 0 0" in result.stdout, result.stdout + result.stderr
