@@ -196,6 +196,7 @@ class _Tracker(object):
         self.free = list(range(processes))
         self.slots = {}       # worker Process -> its _Slot
         self.taken = 0        # tasks taken by workers reaped so far
+        # The pool's cache, weakly: its results hold the Pool, which must stay freeable.
         self.cache = self.workers = self.inqueue = None
         self.failures = []    # (pid, exitcode, record) of start-up failures in a row
         self.since = None     # (time, progress) at the first of them
@@ -266,6 +267,10 @@ class _Tracker(object):
         add_note(exc, note)
         return exc
 
+    def _cache(self):
+        cache = self.cache() if self.cache is not None else None
+        return cache if cache is not None else {}
+
     def _send(self, message):
         queue = self.outqueue()
         if queue is None:
@@ -311,11 +316,12 @@ class _Tracker(object):
             pid, exitcode, record, job, index = data
             self._fail(job, index, _lost(pid, exitcode, record))
         elif kind == _BREAK:
-            for job, result in list(self.cache.items()):
-                _fail_whole(self.cache, job, result, self.broken_error)
+            cache = self._cache()
+            for job, result in list(cache.items()):
+                _fail_whole(cache, job, result, self.broken_error)
 
     def _fail(self, job, index, error):
-        result = self.cache.get(job)
+        result = self._cache().get(job)
         if result is not None:
             try:
                 result._set(index, (False, error))
@@ -465,7 +471,7 @@ def _hooks(module):
                         outqueue, *args, **kwargs):
         tracker = _tracker(outqueue)
         if tracker is not None:
-            tracker.cache, tracker.workers, tracker.inqueue = cache, pool, inqueue
+            tracker.cache, tracker.workers, tracker.inqueue = weakref.ref(cache), pool, inqueue
         _local.tracker = tracker
         try:
             return original["_handle_workers"](cls, cache, taskqueue, ctx, Process, processes,
@@ -479,7 +485,7 @@ def _hooks(module):
         tracker = _tracker(outqueue)
         if tracker is None or get != reader.recv:  # a ThreadPool, or a get of somebody else
             return original["_handle_results"](outqueue, get, cache)
-        tracker.cache = cache
+        tracker.cache = weakref.ref(cache)
         return original["_handle_results"](outqueue, tracker.reader(reader), cache)
 
     def _watched(pool):

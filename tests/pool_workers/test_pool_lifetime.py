@@ -6,14 +6,18 @@ import pytest
 from testenv import run_python
 
 SCRIPT = """
-import gc, sys, multiprocessing, multiprocessing.process
+import gc, sys, time, multiprocessing, multiprocessing.process
 import mpcompat
 from mpcompat.patches import mp_pool_workers
 for _ in range(3):
     with multiprocessing.get_context(sys.argv[1]).Pool(2, maxtasksperchild=1) as pool:
         pool.map(abs, range(4))
     pool.join()
-del pool
+pool = multiprocessing.get_context(sys.argv[1]).Pool(2)  # terminated with tasks pending
+pending = pool.map_async(time.sleep, [5] * 4)
+pool.terminate()
+pool.join()
+del pool, pending
 gc.collect()
 print("LEFT", len(multiprocessing.process._dangling), len(mp_pool_workers._trackers))
 """
