@@ -124,17 +124,6 @@ def _through_main(tb):
     return False
 
 
-def _main_running(module):
-    """Whether ``spawn._main`` is running in this thread (the script's own ``import mpcompat``
-    activated mpcompat while the child imports the main module)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "_main" and frame.f_globals is module.__dict__:
-            return True
-        frame = frame.f_back
-    return False
-
-
 class _ExceptHook(object):
     """A ``sys.excepthook`` that handles a start-up failure, then calls the previous hook."""
 
@@ -178,7 +167,8 @@ def apply(module):
         module._check_not_importing_main = _wrap_check(check)
     if not getattr(main, _MARK, False):
         module._main = _wrap_main(main)
-    if _main_running(module):
+    from mpcompat.patches.mp_failure_records import spawn_main_frame
+    if spawn_main_frame(module) is not None:
         _install_hook()
 
 

@@ -97,10 +97,10 @@ def _heard(data):
         child_failures.heard_from_parent(data.get(child_failures.KEY))
 
 
-def _running_main(module):
+def spawn_main_frame(module):
     """The frame of ``module._main`` when this thread runs it (mpcompat activated by the
     script's own import while a spawn child imports it), else None."""
-    frame = sys._getframe(1)
+    frame = sys._getframe(1)  # also used by mp_bootstrap_notes
     while frame is not None:
         if frame.f_code.co_name == "_main" and frame.f_globals is module.__dict__:
             return frame
@@ -118,7 +118,7 @@ def apply(module):
         return
     for name, wrap in (("get_preparation_data", _get_preparation_data), ("prepare", _prepare)):
         patcher.replace(module, name, wrap(patcher.original(module, name)))
-    frame = _running_main(module)
+    frame = spawn_main_frame(module)
     if frame is not None:
         _heard(frame.f_locals.get("preparation_data"))
 
