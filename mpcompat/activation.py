@@ -327,14 +327,23 @@ def warn(message, key=None):
     """One ``MpcompatWarning``, once per process tree (see mpcompat.errors.warn_once; ``key``
     decides what counts as the same warning, default the message).
 
-    A warnings filter that makes it an error (``-W error``) must not turn mpcompat off, nor
-    raise at interpreter start: the warning is then written to stderr as one line.
+    A warning is never a broken install: it never raises, never turns mpcompat off, and is
+    never reported as "broken". When a warnings filter makes it an error (``python -W error``,
+    ``PYTHONWARNINGS=error``), or a ``warnings.showwarning`` hook raises, the warning is
+    written to stderr instead, as ``MpcompatWarning: mpcompat: <message>`` (still
+    once per process tree), and mpcompat carries on.
     """
     errors = load("mpcompat.errors")
     if errors is None:
         return
     try:
         errors.warn_once(message, key)
-    except Warning as exc:
-        if sys.stderr is not None:
-            sys.stderr.write("%s: %s\n" % (type(exc).__name__, exc))
+    except Exception as exc:
+        line = ("%s: %s" % (type(exc).__name__, exc) if isinstance(exc, Warning)
+                else "MpcompatWarning: mpcompat: %s" % message)
+        try:
+            if sys.stderr is not None:
+                sys.stderr.write(line + "\n")
+                sys.stderr.flush()
+        except Exception:  # no usable stderr: the warning is lost, mpcompat stays on
+            pass

@@ -45,6 +45,15 @@ def hook_dirs():
     return found
 
 
+def hook_file(site_dir):
+    """The start-up file of ``site_dir`` that this Python runs: ``mpcompat.start`` from 3.15
+    (which then ignores the import line of ``mpcompat.pth``), else ``mpcompat.pth``."""
+    start = os.path.join(site_dir, START_NAME)
+    if sys.version_info >= (3, 15) and os.path.isfile(start):
+        return start
+    return os.path.join(site_dir, PTH_NAME)
+
+
 def is_enabled(site_dir):
     """Whether the ``mpcompat.pth`` in ``site_dir`` calls the start-up hook."""
     with open(os.path.join(site_dir, PTH_NAME)) as f:
@@ -88,7 +97,7 @@ def environment():
         return "none", ("not installed: mpcompat is imported from %s, not from a wheel, so each "
                         "process activates it by importing it (or run it under 'mpcompat run')"
                         % PACKAGE_PARENT)
-    paths = ", ".join(os.path.join(d, PTH_NAME) for d in dirs)
+    paths = ", ".join(hook_file(d) for d in dirs)
     if not any(_enabled_or_false(d) for d in dirs):
         return "off", ("off for this environment by 'mpcompat disable' (%s): new Python "
                        "processes start without mpcompat; 'mpcompat enable' turns it back on"

@@ -245,3 +245,18 @@ class LoggingProcess(_spawn_process_class()):
 
     def run(self):
         self.log.write("ran\n")
+
+
+def keys_of(mapping):
+    """The keys view of ``mapping`` (a view made where this runs)."""
+    return mapping.keys()
+
+
+def lock_in_result():
+    """A result that cannot be pickled: a lock two levels down."""
+    import threading
+    return {"k": [threading.Lock()]}
+
+
+def raise_key_error():
+    raise KeyError("gone")

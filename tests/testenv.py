@@ -52,3 +52,28 @@ def race(threads):
             t.join()
     finally:
         sys.setswitchinterval(interval)
+
+
+# What CPython says when a child cannot find a name in the main script: "Can't get attribute 'X'
+# on <module '__mp_main__' from '/path'>" up to 3.13, "module '__mp_main__' has no attribute
+# 'X'" from 3.14 on.
+NEW_PICKLE_MESSAGES = sys.version_info >= (3, 14)
+
+
+def missing_in_main(name, module="__mp_main__", path=None):
+    """The ``AttributeError`` text (after "AttributeError: ") for ``name`` missing from the
+    child's main module; with ``path`` None, the prefix that holds on every Python."""
+    if NEW_PICKLE_MESSAGES:
+        return "module %r has no attribute %r" % (module, name)
+    if path is None:
+        return "Can't get attribute %r on <module %r" % (name, module)
+    return "Can't get attribute %r on <module %r from %r>" % (name, module, path)
+
+
+# A local function or lambda: AttributeError("Can't pickle local object ...") up to 3.13,
+# PicklingError from 3.14 on.
+if NEW_PICKLE_MESSAGES:
+    import pickle as _pickle
+    LOCAL_OBJECT_ERROR = _pickle.PicklingError
+else:
+    LOCAL_OBJECT_ERROR = AttributeError

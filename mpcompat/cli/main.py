@@ -69,7 +69,10 @@ def _main(argv):
         if argv[:1] == [name]:
             modules[name] = importlib.import_module(module_name)
             modules[name].add_arguments(sub_parser)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    finally:
+        sys.stdout.flush()  # --help exits from here: a closed pipe must show inside the handler
     code = modules[args.command].main(args) or 0
     sys.stdout.flush()  # a closed pipe shows here, inside the handler
     return code

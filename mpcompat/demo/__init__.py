@@ -29,7 +29,10 @@ try:
 except BaseException as exc:
     traceback.print_exc()
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()
-    print(%r + "FAILED " + " / ".join(line.strip() for line in text if line.strip()), flush=True)
+    # The one-line summary leaves out CPython's own "when serializing ..." notes (3.14+).
+    skip = {n.strip() for n in getattr(exc, "__notes__", ()) if not n.startswith("mpcompat")}
+    print(%r + "FAILED " + " / ".join(line.strip() for line in text
+                                       if line.strip() and line.strip() not in skip), flush=True)
     sys.exit(1)
 print(%r + "OK " + str(outcome), flush=True)
 """ % (RESULT_PREFIX, RESULT_PREFIX)

@@ -13,6 +13,8 @@ fix.
 import re
 import time
 
+from mpcompat.diagnose import main_guard
+
 TITLE = "Pool(spawn).map over an object whose class is defined under if __name__ == \"__main__\""
 ORDER = 15
 NEEDS = ()
@@ -78,11 +80,11 @@ def run():
         return ("the Pool's %s, after %.1f s, names class Normalize, defined inside `if __name__ "
                 "== \"__main__\":` of train.py, line %d, and the fix: move it to module level"
                 % (outcome["type"].split(".")[-1], outcome["seconds"], CLASS_LINE))
-    deaths = len(re.findall(r"^AttributeError: Can't get attribute 'Normalize'", stderr, re.M))
+    deaths = len(re.findall(r"^AttributeError: (Can't get attribute 'Normalize'|module "
+                            r"'__mp_main__' has no attribute 'Normalize')", stderr, re.M))
     message = outcome["message"].strip().splitlines()[:1]
     raise RuntimeError(
         "the parent got %s(%s) after %.1f s (%.1f s in all); meanwhile %d worker processes died, "
-        "each printing only to its own stderr \"AttributeError: Can't get attribute "
-        "'Normalize' on <module '__mp_main__'>\"" % (
+        "each printing only to its own stderr \"%s\"" % (
             outcome["type"], repr(message[0]) if message else "", outcome["seconds"],
-            time.time() - start, deaths))
+            time.time() - start, deaths, main_guard.missing_message("Normalize")))

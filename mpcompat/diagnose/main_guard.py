@@ -30,6 +30,14 @@ _MISSING = (
 )
 
 
+def missing_message(name, module="__mp_main__"):
+    """The error CPython gives, on this Python, when unpickling finds no ``name`` in the
+    child's ``module`` (the form a user finds in the child's traceback)."""
+    if sys.version_info >= (3, 14):
+        return "AttributeError: module %r has no attribute %r" % (module, name)
+    return "AttributeError: Can't get attribute %r on <module %r>" % (name, module)
+
+
 class Binding(object):
     """Where a module-level name is bound: ``line``, ``kind`` ("class", "function" or
     "name") and, inside a main guard, ``guard_line`` (the line of its ``if``), else None."""
@@ -49,14 +57,19 @@ class Analysis(object):
 
     outside: ``{name: Binding}`` for names bound where a child runs the code (the first
     binding). inside: ``{name: Binding}`` for names bound in a main guard (the first binding).
-    guards: the lines of the main-guard ``if`` statements.
+    guards: the lines of the main-guard ``if`` statements. spans: ``(first, last)`` lines of
+    the code that runs only in the main process (a main guard's body, or its ``else``).
     """
 
-    __slots__ = ("path", "outside", "inside", "guards")
+    __slots__ = ("path", "outside", "inside", "guards", "spans")
 
     def __init__(self, path):
         self.path = path
-        self.outside, self.inside, self.guards = {}, {}, []
+        self.outside, self.inside, self.guards, self.spans = {}, {}, [], []
+
+    def guards_line(self, line):
+        """Whether ``line`` runs only in the main process (inside a main guard)."""
+        return any(first <= line <= last for first, last in self.spans)
 
     def only_inside(self, name):
         """The Binding of ``name`` if it is bound in a main guard and nowhere else, or None."""
@@ -135,10 +148,10 @@ def advice(qualname, path, binding):
         qualname, kind, name)
     return ("%s is defined inside `if __name__ == \"__main__\":` of %s, line %d. Spawn and "
             "forkserver child processes import %s as __mp_main__ without running that block, "
-            "so unpickling a reference to __main__.%s fails there with \"AttributeError: "
-            "Can't get attribute %r on <module '__mp_main__'>\". Move %s to module level "
-            "(above the `if __name__ == \"__main__\":` of line %d), or into a module that %s "
-            "imports." % (what, path, binding.line, script, qualname, qualname,
+            "so unpickling a reference to __main__.%s fails there with \"%s\". Move %s to "
+            "module level (above the `if __name__ == \"__main__\":` of line %d), or into a "
+            "module that %s imports." % (what, path, binding.line, script, qualname,
+                                         missing_message(qualname),
                           "the %s%s" % (kind, name) if kind else "the code that binds %s" % name,
                           binding.guard_line, script))
 
@@ -286,6 +299,9 @@ def _scan(body, guard_line, analysis):
             _scan(stmt.orelse, stmt.lineno if sense == -1 else guard_line, analysis)
             if sense:
                 analysis.guards.append(stmt.lineno)
+                guarded_body = stmt.body if sense == 1 else stmt.orelse
+                if guarded_body:
+                    analysis.spans.append((guarded_body[0].lineno, _last_line(guarded_body)))
             continue
         for target in _bound(stmt):
             _bind(analysis, target, stmt, guard_line)
@@ -298,6 +314,12 @@ def _scan(body, guard_line, analysis):
             _scan(handler.body, guard_line, analysis)
         for case in getattr(stmt, "cases", None) or ():  # match (3.10+)
             _scan(case.body, guard_line, analysis)
+
+
+def _last_line(body):
+    last = body[-1]
+    return getattr(last, "end_lineno", None) or max(
+        getattr(n, "lineno", 0) for n in ast.walk(last))
 
 
 def _bind(analysis, target, node, guard_line):

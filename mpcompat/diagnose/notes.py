@@ -121,20 +121,40 @@ def pickling_failed(exc, obj, pickler, protocol, where):
             return
         exc.__dict__[_MARK] = True
         header, parts, name = _describe(obj, where)
-        from mpcompat.diagnose.walker import explain_parts
-        report = explain_parts(parts, name=name, pickler=pickler, protocol=protocol, error=exc,
-                               check_main=False, whole=obj)
-        if not report.ok:
-            exc.__dict__[_REPORT] = _Kept(report)
-            # The error line of a part that fails as the whole did would repeat the message
-            # just above the note (and, from 3.14, CPython's own "when serializing" notes).
-            known = "%s: %s" % (type(exc).__name__, own_message(exc))
-            add_note(exc, PREFIX + report.format(header + " What cannot be pickled, and why:",
-                                                 known=known))
+        _note_parts(exc, header, parts, name, pickler, protocol, obj)
     except Exception:
         pass
     finally:
         _busy.active = False
+
+
+def parts_failed(exc, header, parts, name):
+    """Add a note to ``exc`` (an error of something other than pickle that pickles them, such
+    as a subinterpreter call) naming what in ``parts`` (``[(path, object)]``, paths rooted at
+    ``name``) cannot be pickled, and why, under ``header``; False when all of it pickles.
+    Never raises."""
+    try:
+        if exc.__dict__.get(_MARK):
+            return True
+        exc.__dict__[_MARK] = True
+        return _note_parts(exc, header, parts, name, None, None, None, probe=True)
+    except Exception:
+        return False
+
+
+def _note_parts(exc, header, parts, name, pickler, protocol, whole, probe=False):
+    from mpcompat.diagnose.walker import explain_parts
+    report = explain_parts(parts, name=name, pickler=pickler, protocol=protocol,
+                           error=None if probe else exc, check_main=False, whole=whole)
+    if report.ok:
+        return False
+    exc.__dict__[_REPORT] = _Kept(report)
+    # The error line of a part that fails as the whole did would repeat the message just above
+    # the note (and, from 3.14, CPython's own "when serializing" notes).
+    known = "%s: %s" % (type(exc).__name__, own_message(exc))
+    add_note(exc, PREFIX + report.format(header + " What cannot be pickled, and why:",
+                                         known=known))
+    return True
 
 
 def _describe(obj, where):

@@ -138,7 +138,7 @@ PATCHES = (
         name="multiprocessing.pickling_notes",
         targets=("multiprocessing.reduction",),
         distributions=(),
-        supported=">=3.8,<3.14",
+        supported=">=3.8,<3.16",
         default=True,
         impl="mpcompat.patches.mp_pickling_notes",
         summary="a pickling error while starting a process or sending a task or result says "
@@ -148,7 +148,7 @@ PATCHES = (
         name="multiprocessing.bootstrap_notes",
         targets=("multiprocessing.spawn",),
         distributions=(),
-        supported=">=3.8,<3.14",
+        supported=">=3.8,<3.16",
         default=True,
         impl="mpcompat.patches.mp_bootstrap_notes",
         summary="a child that fails to start says why (main guard, objects defined under it) "
@@ -156,9 +156,9 @@ PATCHES = (
     ),
     PatchSpec(
         name="multiprocessing.failure_records",
-        targets=("multiprocessing.process", "multiprocessing.spawn"),
+        targets=("multiprocessing.process", "multiprocessing.spawn", "multiprocessing.forkserver"),
         distributions=(),
-        supported=">=3.8,<3.14",
+        supported=">=3.8,<3.16",
         default=True,
         impl="mpcompat.patches.mp_failure_records",
         summary="a child's start-up error reaches its parent (a socket the parent owns); a "
@@ -168,7 +168,7 @@ PATCHES = (
         name="multiprocessing.pool_workers",
         targets=("multiprocessing.pool",),
         distributions=(),
-        supported=">=3.8,<3.14",
+        supported=">=3.8,<3.16",
         default=True,
         impl="mpcompat.patches.mp_pool_workers",
         summary="a Pool whose workers die starting up fails fast with their error; unpicklable "
@@ -178,17 +178,28 @@ PATCHES = (
         name="concurrent_futures.process_workers",
         targets=("concurrent.futures.process",),
         distributions=(),
-        supported=">=3.8,<3.14",
+        supported=">=3.8,<3.16",
         default=True,
         impl="mpcompat.patches.futures_process_workers",
         summary="a ProcessPoolExecutor whose worker dies names the worker, its exit code or "
                 "signal, and its recorded error",
     ),
     PatchSpec(
+        name="concurrent_futures.interpreter_workers",
+        targets=("concurrent.futures.interpreter",),
+        distributions=(),
+        supported=">=3.8,<3.16",
+        needed=">=3.14",
+        default=True,
+        impl="mpcompat.patches.futures_interpreter_workers",
+        summary="an InterpreterPoolExecutor task whose arguments or result cannot be sent "
+                "between interpreters names what and why",
+    ),
+    PatchSpec(
         name="multiprocessing.stuck_waits",
         targets=("multiprocessing.pool", "multiprocessing.process"),
         distributions=(),
-        supported=">=3.8,<3.14",
+        supported=">=3.8,<3.16",
         needs_env="MPCOMPAT_HANG_DUMP",
         default=True,
         impl="mpcompat.patches.mp_stuck_waits",
@@ -199,7 +210,7 @@ PATCHES = (
         name="concurrent_futures.stuck_waits",
         targets=("concurrent.futures._base",),
         distributions=(),
-        supported=">=3.8,<3.14",
+        supported=">=3.8,<3.16",
         needs_env="MPCOMPAT_HANG_DUMP",
         default=True,
         impl="mpcompat.patches.futures_stuck_waits",

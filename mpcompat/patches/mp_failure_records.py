@@ -97,6 +97,91 @@ def _heard(data):
         child_failures.heard_from_parent(data.get(child_failures.KEY))
 
 
+def _connect_to_new_process(original, module):
+    @functools.wraps(original)
+    def connect_to_new_process(fds):
+        try:
+            return original(fds)
+        except (OSError, EOFError) as exc:
+            server = getattr(module, "_forkserver", None)
+            forkserver_died(exc, getattr(server, "_forkserver_pid", None))
+            raise
+    return connect_to_new_process
+
+
+def forkserver_died(exc, pid):
+    """``exc`` came from a forkserver (process ``pid``) that could not start a child: if it has
+    exited, say so on ``exc``, with the module-level line of the main script that killed it
+    when that is the cause. Never raises."""
+    try:
+        status = _exit_status(pid) if pid else None
+        if status is None:
+            return
+        from mpcompat.diagnose import main_guard
+        from mpcompat.diagnose.notes import PREFIX, add_note
+        path = main_guard.main_file()
+        text = ("the forkserver process (pid %d), which starts this program's forkserver child "
+                "processes, %s before it could start this one; its own traceback, above on "
+                "stderr, says why." % (pid, status))
+        if path is not None and sys.version_info >= (3, 14):
+            text += (" From Python 3.14 the forkserver imports the main module, %s, when it "
+                     "starts, so the module-level code of %s runs there too."
+                     % (path, _basename(path)))
+            line = _main_line(path, main_guard)
+            if line is not None:
+                text += (" Line %d of %s starts processes at module level, outside `if __name__ "
+                         "== \"__main__\":`, so it ran again in the forkserver and failed there. "
+                         "Put the code that starts processes under `if __name__ == "
+                         "\"__main__\":`." % (line, _basename(path)))
+        import textwrap
+        add_note(exc, textwrap.fill(PREFIX + text, 100))
+    except Exception:
+        pass
+
+
+def _exit_status(pid, wait=1.0):
+    """How process ``pid`` (a child of this one) ended, e.g. "exited with code 1", or None while
+    it runs. Does not reap it: multiprocessing waits for its forkserver itself."""
+    import os
+    import time
+    waitid = getattr(os, "waitid", None)
+    if waitid is None:
+        return None
+    deadline = time.monotonic() + wait  # the socket closes a moment before the exit
+    while True:
+        try:
+            info = waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except OSError:
+            return None
+        if info is not None and info.si_pid:
+            from mpcompat.workers.exits import describe_exit
+            code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+            return "ended (%s)" % describe_exit(code)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.02)
+
+
+def _main_line(path, main_guard):
+    """The line of the main script, at module level and outside a main guard, that this thread
+    runs now, or None."""
+    frame, line = sys._getframe(1), None
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__" \
+                and frame.f_code.co_filename == path:
+            line = frame.f_lineno
+        frame = frame.f_back
+    analysis = main_guard.analyze(path) if line is not None else None
+    if analysis is None or analysis.guards_line(line):
+        return None
+    return line
+
+
+def _basename(path):
+    import os
+    return os.path.basename(path)
+
+
 def spawn_main_frame(module):
     """The frame of ``module._main`` when this thread runs it (mpcompat activated by the
     script's own import while a spawn child imports it), else None."""
@@ -110,7 +195,13 @@ def spawn_main_frame(module):
 
 def apply(module):
     """``multiprocessing.process``: wrap ``BaseProcess.start`` and ``join``.
-    ``multiprocessing.spawn``: wrap ``get_preparation_data`` and ``prepare``."""
+    ``multiprocessing.spawn``: wrap ``get_preparation_data`` and ``prepare``.
+    ``multiprocessing.forkserver``: wrap ``connect_to_new_process``."""
+    if module.__name__ == "multiprocessing.forkserver":
+        # popen_forkserver calls the module's alias of the one ForkServer's bound method.
+        patcher.replace(module, "connect_to_new_process", _connect_to_new_process(
+            patcher.original(module, "connect_to_new_process"), module))
+        return
     if module.__name__ == "multiprocessing.process":
         cls = module.BaseProcess
         patcher.replace(cls, "start", _start(patcher.original(cls, "start")))

@@ -455,7 +455,7 @@ def _classes(data):
 def _hooks(module):
     Pool = module.Pool
     names = ("_repopulate_pool_static", "_handle_workers", "_handle_results", "_maintain_pool",
-             "_join_exited_workers", "_get_worker_sentinels")
+             "_join_exited_workers", "_get_worker_sentinels", "_terminate_pool")
     original = {name: patcher.original(Pool, name).__func__ for name in names}
     check_running = patcher.original(Pool, "_check_running")
 
@@ -524,6 +524,16 @@ def _hooks(module):
             sentinels.append(tracker.inqueue._reader)  # wake up to drain what still comes
         return sentinels
 
+    @functools.wraps(original["_terminate_pool"])
+    def _terminate_pool(cls, taskqueue, inqueue, outqueue, pool, *args, **kwargs):
+        try:
+            return original["_terminate_pool"](cls, taskqueue, inqueue, outqueue, pool, *args,
+                                               **kwargs)
+        finally:
+            if _tracker(outqueue) is not None:  # workers that died unreaped: nobody will ask
+                from mpcompat.workers import child_failures
+                child_failures.discard([w.pid for w in list(pool) if w.pid])
+
     @functools.wraps(check_running)
     def _check_running(self):
         check_running(self)
@@ -538,6 +548,7 @@ def _hooks(module):
             "_maintain_pool": staticmethod(_maintain_pool),
             "_join_exited_workers": staticmethod(_join_exited_workers),
             "_get_worker_sentinels": staticmethod(_get_worker_sentinels),
+            "_terminate_pool": classmethod(_terminate_pool),
             "_check_running": _check_running}
 
 

@@ -95,7 +95,13 @@ def states(read_versions=True):
             if st.state == WAITING and var and not os.environ.get(var, "").strip():
                 st.state, st.reason = NOT_NEEDED, "%s is not set" % var  # its targets unwatched
             elif st.state == WAITING:
-                _check_missed(st)
+                # A standard-library patch for what this Python does not have: not needed.
+                verdict = _judge_version(st) if st.spec.needed and not st.spec.distributions \
+                    else None
+                if verdict is not None and verdict[0] == NOT_NEEDED:
+                    st.state, st.reason = verdict
+                else:
+                    _check_missed(st)
     if read_versions:
         for st in result:
             if st.version is None:

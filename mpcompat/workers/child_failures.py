@@ -23,8 +23,8 @@ Nothing runs at import or while all goes well, and nothing is left on disk once 
 import os
 import sys
 
-__all__ = ["listen", "address", "heard_from_parent", "record", "take", "forget", "note_for",
-           "describe"]
+__all__ = ["listen", "address", "heard_from_parent", "record", "take", "forget", "discard",
+           "note_for", "describe"]
 
 PREFIX = "mpcompat: "
 KEY = "mpcompat_failure_channel"  # in the preparation data of spawn and forkserver children
@@ -44,6 +44,7 @@ class _Channel(object):
         self.directory = None  # the socket file's directory (not on Linux)
         self.records = {}      # pid -> record, in arrival order
         self.parent = None     # the parent's address, told to a spawn or forkserver child
+        self.told = None       # pid of the process ``parent`` was told to
 
 
 _channel = _Channel()
@@ -84,7 +85,8 @@ def _open():
         _remove_directory(directory)
         raise
     old = _channel.sock  # ours, or the parent's inherited by fork: not read here
-    if _channel.owner is not None and _channel.owner != os.getpid():
+    if _channel.owner is not None and _channel.owner != os.getpid() and \
+            _channel.told != os.getpid():
         _channel.parent = _channel.address  # a fork child: its parent's, inherited
     _channel.owner, _channel.sock, _channel.directory = os.getpid(), sock, directory
     _channel.records = {}
@@ -104,10 +106,14 @@ def heard_from_parent(value):
     """In a spawn or forkserver child: ``value`` is the parent's channel, from the preparation
     data its parent sent (see :func:`address`)."""
     if isinstance(value, str) and value:
-        _channel.parent = value
+        _channel.parent, _channel.told = value, os.getpid()
 
 
 def _parent_address():
+    if _channel.told == os.getpid():
+        # What the parent said wins over a channel that came with a fork: a forkserver that
+        # opened one of its own while importing the main module forks its children with it.
+        return _channel.parent
     if _channel.owner is not None and _channel.owner != os.getpid():
         return _channel.address  # a fork child: the parent's channel came with the memory
     return _channel.parent
@@ -243,6 +249,17 @@ def forget(pid):
     nothing new: the new child's own record may be waiting already. Never raises."""
     try:
         _channel.records.pop(int(pid), None)
+    except Exception:
+        pass
+
+
+def discard(pids):
+    """Children ``pids`` are gone and nobody will ask why (their Pool was terminated): read the
+    records waiting, then drop theirs. Never raises."""
+    try:
+        _read()
+        for pid in pids:
+            _channel.records.pop(int(pid), None)
     except Exception:
         pass
 

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from pool_workers_helpers import flat, run_script
+from testenv import missing_in_main
 
 PATCH = "concurrent_futures.process_workers"
 HOOKED = sys.version_info >= (3, 9)
@@ -47,8 +48,7 @@ def test_broken_process_pool_names_the_dead_worker(method, tmp_path):
                 "exit3": ("exit code 3", "")}
     if method != "fork":
         expected["unpicklable"] = (
-            "exit code 1", "Its own error: AttributeError: Can't get attribute 'Guarded' on "
-            "<module '__mp_main__'")
+            "exit code 1", "Its own error: AttributeError: " + missing_in_main("Guarded"))
     for name, (how, hint) in expected.items():
         text = flat(data[name])
         assert "BrokenProcessPool: A process in the process pool was terminated abruptly" in text

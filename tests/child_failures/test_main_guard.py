@@ -5,7 +5,7 @@ import sys
 import textwrap
 
 from mpcompat.diagnose import main_guard
-from testenv import REPO, child_env
+from testenv import REPO, child_env, missing_in_main
 
 SOURCE = '''\
 import os
@@ -175,7 +175,7 @@ def test_explain_reports_what_the_main_guard_defines(tmp_path):
     assert "clean can be pickled." in out
     assert "assert_picklable raised: task cannot be pickled: 1 problem found." in out
     assert "exitcode 1" in out
-    assert "AttributeError: Can't get attribute 'Task' on <module '__mp_main__'" in result.stderr
+    assert "AttributeError: " + missing_in_main("Task") in result.stderr
 
 
 def test_explain_is_unchanged_where_the_main_module_has_no_file():

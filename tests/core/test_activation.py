@@ -371,3 +371,47 @@ def test_a_typo_warning_under_w_error_is_one_line_and_mpcompat_stays_on():
         "MpcompatWarning: mpcompat: MPCOMPAT_DISABLED_PATCHES: unknown patch name(s) "
         "'torch.boolean-dispach' ignored (did you mean torch.boolean_dispatch?)"), proc.stderr
     assert "broken" not in proc.stderr
+
+
+TYPO = "torch.boolean-dispach"
+RAISING_HOOK = ("import warnings\n"
+                "def hook(*args, **kwargs):\n"
+                "    raise RuntimeError('a showwarning hook that raises')\n"
+                "warnings.showwarning = hook\n")
+
+
+@pytest.mark.parametrize("how", ["-W error", "PYTHONWARNINGS=error", "raising showwarning"])
+def test_a_warning_at_import_never_turns_mpcompat_off_nor_raises(how):
+    # A typo in MPCOMPAT_DISABLED_PATCHES is a warning; however the user's warnings machinery
+    # treats it, mpcompat stays on, says it once as a warning line and never calls itself broken.
+    code = "import mpcompat; print(mpcompat.is_active(), mpcompat.status().how)"
+    argv = [sys.executable]
+    env = child_env(MPCOMPAT_DISABLED_PATCHES=TYPO)
+    if how == "-W error":
+        argv += ["-W", "error"]
+    elif how == "PYTHONWARNINGS=error":
+        env["PYTHONWARNINGS"] = "error"
+    else:
+        code = RAISING_HOOK + code
+    proc = subprocess.run(argv + ["-c", code], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "True activated by import mpcompat\n", proc.stderr
+    assert proc.stderr.count(repr(TYPO)) == 1, proc.stderr
+    assert proc.stderr.startswith(
+        "MpcompatWarning: mpcompat: MPCOMPAT_DISABLED_PATCHES: unknown patch name(s) %r "
+        "ignored (did you mean torch.boolean_dispatch?)" % TYPO), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "broken" not in proc.stderr and "reinstall" not in proc.stderr
+
+
+def test_status_names_the_start_up_file_this_python_runs(tmp_path):
+    """Python 3.15 runs ``mpcompat.start`` and ignores the import line of ``mpcompat.pth``;
+    before 3.15 only the .pth exists for it."""
+    from mpcompat import autostart
+    (tmp_path / autostart.PTH_NAME).write_text(autostart.ENABLED[autostart.PTH_NAME])
+    assert autostart.hook_file(str(tmp_path)) == str(tmp_path / autostart.PTH_NAME)
+    (tmp_path / autostart.START_NAME).write_text(autostart.ENABLED[autostart.START_NAME])
+    expected = autostart.START_NAME if sys.version_info >= (3, 15) else autostart.PTH_NAME
+    assert autostart.hook_file(str(tmp_path)) == str(tmp_path / expected)

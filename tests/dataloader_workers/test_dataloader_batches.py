@@ -21,7 +21,7 @@ import torch.utils.data.dataloader as dataloader
 from torch.utils.data._utils import worker
 
 import mpcompat
-from testenv import child_env
+from testenv import child_env, missing_in_main
 
 PATCH = "torch.dataloader_workers"
 MARK = "_mpcompat_dataloader_workers"
@@ -160,7 +160,7 @@ def test_worker_dying_at_start_up_is_named(tmp_path):
         assert result["type"] == "RuntimeError"
         assert text.startswith("RuntimeError: DataLoader worker (pid(s) ")
         assert "exited unexpectedly mpcompat: DataLoader worker (pid " in text
-        assert "Can't get attribute 'MyDS' on <module '__mp_main__'" in text
+        assert missing_in_main("MyDS") in text
         assert "class MyDS is defined inside `if __name__ == \"__main__\":` of %s, line 7" % (
             script) in text
         assert "Move the class MyDS to module level" in text

@@ -14,7 +14,7 @@ import textwrap
 from torch.multiprocessing.spawn import ProcessExitedException
 
 import mpcompat
-from testenv import child_env
+from testenv import child_env, missing_in_main
 
 PATCH = "torch.spawn_errors"
 RESULT = "RESULT "
@@ -71,8 +71,7 @@ def test_child_dying_at_start_up_is_named(tmp_path):
         assert text.startswith("torch.multiprocessing.spawn.ProcessExitedException: process 0 "
                                "terminated with exit code 1 mpcompat: torch.multiprocessing."
                                "spawn process (pid ")
-        assert "failed while starting: AttributeError: Can't get attribute 'Config' on " \
-               "<module '__mp_main__'" in text
+        assert "failed while starting: AttributeError: " + missing_in_main("Config") in text
         assert "class Config is defined inside `if __name__ == \"__main__\":` of %s, line " \
                "15" % script in text
         assert "Move the class Config to module level" in text

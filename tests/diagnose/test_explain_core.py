@@ -22,8 +22,9 @@ import pytest
 import diagnose_workers as w
 import mpcompat
 from mpcompat.diagnose import walker
+from testenv import LOCAL_OBJECT_ERROR, missing_in_main
 
-LOCAL_ERROR = ("Can't pickle local object", "Can't get local object")  # <= 3.12, 3.13
+LOCAL_ERROR = ("Can't pickle local object", "Can't get local object")  # <= 3.12, 3.13 and 3.14+
 
 
 def only(report):
@@ -212,7 +213,7 @@ def test_main_module_objects_when_children_cannot_import_main(tmp_path):
     assert "defined in __main__" in flat and "Move it into a module" in flat
     # ... which is what really happens in the child:
     assert "exitcode 1" in out
-    assert "Can't get attribute 'work'" in result.stderr
+    assert missing_in_main("work", "__main__") in result.stderr
     script = tmp_path / "script.py"
     script.write_text("\n".join(code.splitlines()[:6]) + "\n")
     from_file = run_python("import runpy, sys; sys.argv = [sys.argv[1]]; "
@@ -227,7 +228,7 @@ def test_hint_lambda_module_level_and_local():
     assert problem.path == "obj.transform"
     assert "lambda" in problem.hint and "functools.partial" in problem.hint
     problem = only(mpcompat.explain(w.Holder(transform=w.make_local_lambda())))
-    assert problem.error.startswith("AttributeError: ") and any(
+    assert problem.error.startswith(LOCAL_OBJECT_ERROR.__name__ + ": ") and any(
         text in problem.error for text in LOCAL_ERROR)
     assert "make_local_lambda" in problem.hint and "functools.partial" in problem.hint
 
