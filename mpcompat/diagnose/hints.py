@@ -135,13 +135,8 @@ def _reference_hint(obj):
 
 
 def _main_hint(target):
-    from mpcompat.diagnose.main_guard import missing_message
-    name = getattr(target, "__qualname__", "?")
-    return ("%s is defined in __main__, which spawn and forkserver children cannot import here "
-            "(the program runs from python -c, an interactive session or a notebook), so the "
-            "child fails with \"%s\". "
-            "Move it into a module (a .py file next to the script or notebook) and import it "
-            "from there." % (name, missing_message(name.split(".")[0], "__main__")))
+    from mpcompat.diagnose.main_guard import no_main_file_advice
+    return no_main_file_advice(getattr(target, "__qualname__", "?"))
 
 
 def _isinstance(obj, module_name, *type_names):

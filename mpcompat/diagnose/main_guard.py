@@ -204,6 +204,8 @@ def note_missing_attribute(exc):
             name = match.group(1)
         path = main_file("__mp_main__") or main_file() or path
         found = explain_missing(name, path) if path else None
+        if not found and path is None and "'__main__'" in text:
+            found = no_main_file_advice(name)
         if not found:
             return None
         note = PREFIX + found
@@ -212,6 +214,16 @@ def note_missing_attribute(exc):
         return note
     except Exception:
         return None
+
+
+def no_main_file_advice(qualname):
+    """Explain that ``qualname`` lives in a ``__main__`` the children cannot import (python -c,
+    an interactive session, a notebook), and the fix."""
+    return ("%s is defined in __main__, which spawn and forkserver children cannot import here "
+            "(the program runs from python -c, an interactive session or a notebook), so the "
+            "child fails with \"%s\". Move it into a module (a .py file next to the script or "
+            "notebook) and import it from there."
+            % (qualname, missing_message(qualname.split(".")[0], "__main__")))
 
 
 def missing_advice(qualname, path):

@@ -1,11 +1,14 @@
 """Objects defined under ``if __name__ == "__main__":``: the script's analysis
 (mpcompat.diagnose.main_guard), ``explain`` in a real main script, ``mpcompat explain``."""
+import json
 import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from mpcompat.diagnose import main_guard
-from testenv import REPO, child_env, missing_in_main
+from testenv import NEW_PICKLE_MESSAGES, REPO, child_env, missing_in_main
 
 SOURCE = '''\
 import os
@@ -220,3 +223,57 @@ def test_mpcompat_explain_names_what_the_main_guard_defines(tmp_path):
     result = explain_cli(tmp_path, "train:missing")
     assert result.returncode == 2
     assert "cannot get attribute 'missing'" in result.stderr
+
+
+NO_MAIN_FILE = '''
+import json, multiprocessing, sys, traceback
+
+def double(x):
+    return 2 * x
+
+def setup():
+    pass
+
+def outcome(call):
+    try:
+        return {"value": repr(call())}
+    except Exception as exc:
+        return {"type": type(exc).__name__,
+                "text": "".join(traceback.format_exception_only(type(exc), exc))}
+
+ctx = multiprocessing.get_context(sys.argv[1])
+data = {}
+with ctx.Pool(2) as pool:
+    data["task"] = outcome(lambda: pool.map(double, range(3)))
+with ctx.Pool(2, initializer=setup) as pool:
+    data["initializer"] = outcome(lambda: pool.map_async(abs, range(3)).get(60))
+print("RESULT " + json.dumps(data))
+'''
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_python_c_children_that_cannot_import_main_get_the_fix(method):
+    """``python -c`` (also a notebook, a REPL): the children have no main module to import, so a
+    function of __main__ is missing there. mpcompat active in the children (``mpcompat run``,
+    as an installed .pth does): the task's error and the Pool's carry the fix."""
+    proc = subprocess.run([sys.executable, "-m", "mpcompat", "run", "--", sys.executable, "-c",
+                           NO_MAIN_FILE, method], env=child_env(), cwd=REPO,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=240)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert lines, proc.stdout + proc.stderr[-3000:]
+    data = json.loads(lines[0][len("RESULT "):])
+    fix = ("which spawn and forkserver children cannot import here (the program runs from python "
+           "-c, an interactive session or a notebook), so the child fails with \"AttributeError: "
+           "%s\". Move it into a module (a .py file next to the script or notebook) and import "
+           "it from there.")
+    task = flat(data["task"]["text"])
+    assert data["task"]["type"] == "AttributeError", data
+    assert "mpcompat: double is defined in __main__, " + fix % (
+        missing_in_main("double", "__main__") + (">" if not NEW_PICKLE_MESSAGES else "")) \
+        in task, task
+    init = flat(data["initializer"]["text"])
+    assert data["initializer"]["type"] == "BrokenPool", data
+    assert "mpcompat: setup is defined in __main__, " + fix % (
+        missing_in_main("setup", "__main__") + (">" if not NEW_PICKLE_MESSAGES else "")) \
+        in init, init
