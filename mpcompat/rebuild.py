@@ -69,20 +69,19 @@ def rebuild_torch_generator(device, seed, state):
     return gen
 
 
-def rebuild_per_process(factory, args, kwargs, on_fork=None):
-    """Return a new :func:`mpcompat.per_process` object: the recipe only, created on first use.
-
-    ``factory`` is the callable, or a ``(module, name)`` pair of strings naming one that pickle
-    cannot find by reference (``lmdb.open``); ``on_fork`` is in the pickle only when it is not
-    the default. The recipe was checked where the object was made; here a ``(module, name)``
-    pair is imported, and the factory is not called (that happens on first use).
-    """
-    from mpcompat.pickling.per_process import rebuild
-    return rebuild(factory, args, kwargs, on_fork)
+def __getattr__(name):
+    # rebuild_per_process is defined with the class it rebuilds (mpcompat.pickling.per_process,
+    # which imports wrapt), as mpcompat.rebuild.rebuild_per_process: loaded when a pickle names
+    # it, and that module never imports this one back.
+    if name == "rebuild_per_process":
+        from mpcompat.pickling.per_process import rebuild_per_process
+        return rebuild_per_process
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 # As in rebuild_views: a reload keeps the function objects pickles were made with.
 _KEPT = globals().get("_KEPT") or {}
 for _name in __all__:
-    globals()[_name] = _KEPT.setdefault(_name, globals()[_name])
+    if _name in globals():
+        globals()[_name] = _KEPT.setdefault(_name, globals()[_name])
 del _name

@@ -8,7 +8,7 @@ class PatchStatus(object):
     """One row of the patch table as it stands in this process."""
 
     __slots__ = ("name", "state", "reason", "distribution", "version", "supported", "needed",
-                 "targets", "default", "summary", "applications")
+                 "targets", "summary", "applications")
 
     def __init__(self, st):
         spec = st.spec
@@ -16,7 +16,7 @@ class PatchStatus(object):
         self.name, self.state, self.reason = spec.name, st.state, st.reason
         self.distribution, self.version = st.distribution, st.version
         self.supported, self.needed, self.targets = spec.supported, spec.needed, spec.targets
-        self.default, self.summary = spec.default, spec.summary
+        self.summary = spec.summary
 
     def __repr__(self):
         return "PatchStatus(%r, %r)" % (self.name, self.state)
@@ -108,7 +108,7 @@ class _InactiveRow(object):
         self.name, self.state, self.reason = spec.name, "inactive", "mpcompat is not active"
         self.distribution, self.version = None, None
         self.supported, self.needed, self.targets = spec.supported, spec.needed, spec.targets
-        self.default, self.summary = spec.default, spec.summary
+        self.summary = spec.summary
         self.applications = 0
 
 

@@ -12,7 +12,7 @@ import re
 import sys
 import types
 
-from mpcompat.diagnose.walker import MainReference, _type_name
+from mpcompat.diagnose.names import MainReference, type_name as _type_name
 
 __all__ = ["hint_for"]
 

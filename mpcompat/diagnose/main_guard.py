@@ -15,7 +15,7 @@ import sys
 import threading
 
 __all__ = ["Binding", "Analysis", "analyze", "main_file", "guarded", "guarded_definitions",
-           "advice", "explain_missing", "missing_advice", "note_missing_attribute",
+           "advice", "explain_missing", "missing_advice", "explain_missing_attribute",
            "explain_guarded"]
 
 _lock = threading.Lock()
@@ -182,16 +182,16 @@ def explain_missing(qualname, path):
                 name, path, outside.line, os.path.basename(path)))
 
 
-def note_missing_attribute(exc):
+def explain_missing_attribute(exc):
     """In a child process: if ``exc`` is the AttributeError of unpickling a reference to
-    something the main script lacks here ("Can't get attribute 'X' on <module '__mp_main__'
-    ...>"), add a note saying where X is bound in the script and the fix. Return the note's
-    text, or None. Never raises.
+    something the main module lacks here ("Can't get attribute 'X' on <module '__mp_main__'
+    ...>", from 3.14 "module '__mp_main__' has no attribute 'X'"), say where X is bound in the
+    script and the fix (or, for a ``__main__`` the child cannot import at all, the fix for
+    that). Return the text, or None. Never raises.
     """
     try:
         if not isinstance(exc, AttributeError):
             return None
-        from mpcompat.diagnose.notes import PREFIX, add_note, notes_of
         text = str(exc).split("\n", 1)[0]
         path = None
         match = _MISSING[0].search(text)
@@ -206,12 +206,7 @@ def note_missing_attribute(exc):
         found = explain_missing(name, path) if path else None
         if not found and path is None and "'__main__'" in text:
             found = no_main_file_advice(name)
-        if not found:
-            return None
-        note = PREFIX + found
-        if note not in notes_of(exc):
-            add_note(exc, note)
-        return note
+        return found or None
     except Exception:
         return None
 

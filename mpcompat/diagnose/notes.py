@@ -326,6 +326,23 @@ def _start_method():
     return getattr(popen, "method", None)
 
 
+def note_missing_attribute(exc):
+    """In a child process: add to ``exc`` the note of
+    :func:`mpcompat.diagnose.main_guard.explain_missing_attribute` (a name missing from the main
+    module: where it is bound, and the fix). Return the note, or None. Never raises."""
+    try:
+        from mpcompat.diagnose.main_guard import explain_missing_attribute
+        found = explain_missing_attribute(exc)
+        if not found:
+            return None
+        note = PREFIX + found
+        if note not in notes_of(exc):
+            add_note(exc, note)
+        return note
+    except Exception:
+        return None
+
+
 def bootstrap_failed(exc):
     """Add the main-guard note to the "bootstrapping phase" RuntimeError. Never raises."""
     try:

@@ -17,6 +17,8 @@ import pickle
 import sys
 import types
 
+from mpcompat.diagnose.names import MainReference, type_name as _type_name
+
 __all__ = ["explain", "assert_picklable", "Explanation", "Problem"]
 
 DEFAULT_LIMIT = 10
@@ -204,16 +206,6 @@ def _guarded_names():
         return ()
 
 
-class MainReference(pickle.PicklingError):
-    """Not raised by pickle: marks an object pickled as a reference into ``__main__``.
-
-    guard: ``(path, Binding)`` when the name is bound only inside the main guard of the main
-    script (see ``mpcompat.diagnose.main_guard``), else None.
-    """
-
-    guard = None
-
-
 def _guarded_reference(target):
     """A MainReference for ``target`` if the main script binds its name only under its main
     guard, else None."""
@@ -320,12 +312,6 @@ def _short_repr(value):
     except Exception:
         text = "<%s object>" % _type_name(type(value))
     return text if len(text) <= _REPR_MAX else text[:_REPR_MAX - 3] + "..."
-
-
-def _type_name(cls):
-    module = getattr(cls, "__module__", None)
-    name = getattr(cls, "__qualname__", None) or getattr(cls, "__name__", repr(cls))
-    return name if module in (None, "builtins") else "%s.%s" % (module, name)
 
 
 def _error_text(exc):

@@ -25,18 +25,17 @@ class PatchSpec(object):
         silently.
     needs_env: an environment variable that turns the patch on (e.g. ``MPCOMPAT_HANG_DUMP``);
         while it is unset the patch is "not needed" and its module is not even imported.
-    default: whether activation applies it without being asked.
     impl: the module that provides apply(module) and revert(module).
     summary: one line for status().
     """
 
-    __slots__ = ("name", "targets", "distributions", "supported", "needed", "default", "impl",
-                 "summary", "needs_env")
+    __slots__ = ("name", "targets", "distributions", "supported", "needed", "impl", "summary",
+                 "needs_env")
 
-    def __init__(self, name, targets, distributions, supported, default, impl, summary,
-                 needed="", needs_env=""):
+    def __init__(self, name, targets, distributions, supported, impl, summary, needed="",
+                 needs_env=""):
         self.name, self.targets, self.distributions = name, targets, distributions
-        self.supported, self.needed, self.default = supported, needed, default
+        self.supported, self.needed = supported, needed
         self.impl, self.summary, self.needs_env = impl, summary, needs_env
 
     def __repr__(self):
@@ -63,7 +62,6 @@ PATCHES = (
         targets=("torch._jit_internal",),
         distributions=("torch",),
         supported=">=1.9,<2.14",
-        default=True,
         impl="mpcompat.patches.torch_boolean_dispatch",
         summary="functions made by boolean_dispatch (F.max_pool2d, ...) pickle by reference",
     ),
@@ -73,7 +71,6 @@ PATCHES = (
         distributions=("torch",),
         supported=">=2.13,<2.14",
         needed=">=2.4",
-        default=True,
         impl="mpcompat.patches.torch_safe_globals",
         summary="torch.load(weights_only=True) accepts mpcompat's view rebuild functions",
     ),
@@ -82,7 +79,6 @@ PATCHES = (
         targets=("torch",),
         distributions=("torch",),
         supported=">=1.9,<2.14",
-        default=True,
         impl="mpcompat.patches.torch_generator",
         summary="a torch.Generator reaches spawn children with its state",
     ),
@@ -91,7 +87,6 @@ PATCHES = (
         targets=("torch.utils.data._utils.worker", "torch.utils.data.dataloader"),
         distributions=("torch",),
         supported=">=1.9,<2.14",
-        default=True,
         impl="mpcompat.patches.torch_dataloader_workers",
         summary="DataLoader workers: an unpicklable batch, or a worker that dies starting up, "
                 "raises in the parent with its cause",
@@ -101,7 +96,6 @@ PATCHES = (
         targets=("torch.multiprocessing.spawn",),
         distributions=("torch",),
         supported=">=1.9,<2.14",
-        default=True,
         impl="mpcompat.patches.torch_spawn_errors",
         summary="torch.multiprocessing.spawn: a child that dies starting up is named with its "
                 "cause",
@@ -111,7 +105,6 @@ PATCHES = (
         targets=("nuscenes.eval.detection.data_classes",),
         distributions=("nuscenes-devkit",),
         supported=">=1.1,<1.3",
-        default=True,
         impl="mpcompat.patches.nuscenes_detection_config",
         summary="DetectionConfig.class_names is a list in class_range order",
     ),
@@ -120,7 +113,6 @@ PATCHES = (
         targets=("nuscenes.eval.tracking.data_classes",),
         distributions=("nuscenes-devkit",),
         supported=">=1.1,<1.3",
-        default=True,
         impl="mpcompat.patches.nuscenes_tracking_config",
         summary="an unpickled TrackingConfig restores the module state its __init__ sets",
     ),
@@ -129,7 +121,6 @@ PATCHES = (
         targets=("cv2",),
         distributions=OPENCV,
         supported=">=4.5,<5.1",
-        default=True,
         impl="mpcompat.patches.opencv_worker_threads",
         summary="OpenCV runs single-threaded, OpenCL off, in DataLoader workers and forked "
                 "children",
@@ -139,7 +130,6 @@ PATCHES = (
         targets=("multiprocessing.reduction",),
         distributions=(),
         supported=">=3.8,<3.16",
-        default=True,
         impl="mpcompat.patches.mp_pickling_notes",
         summary="a pickling error while starting a process or sending a task or result says "
                 "what, where and why",
@@ -149,7 +139,6 @@ PATCHES = (
         targets=("multiprocessing.spawn",),
         distributions=(),
         supported=">=3.8,<3.16",
-        default=True,
         impl="mpcompat.patches.mp_bootstrap_notes",
         summary="a child that fails to start says why (main guard, objects defined under it) "
                 "and its parent learns it",
@@ -159,7 +148,6 @@ PATCHES = (
         targets=("multiprocessing.process", "multiprocessing.spawn", "multiprocessing.forkserver"),
         distributions=(),
         supported=">=3.8,<3.16",
-        default=True,
         impl="mpcompat.patches.mp_failure_records",
         summary="a child's start-up error reaches its parent (a socket the parent owns); a "
                 "plain Process's is named once in the parent",
@@ -169,7 +157,6 @@ PATCHES = (
         targets=("multiprocessing.pool",),
         distributions=(),
         supported=">=3.8,<3.16",
-        default=True,
         impl="mpcompat.patches.mp_pool_workers",
         summary="a Pool whose workers die starting up fails fast with their error; unpicklable "
                 "results are named",
@@ -179,7 +166,6 @@ PATCHES = (
         targets=("concurrent.futures.process",),
         distributions=(),
         supported=">=3.8,<3.16",
-        default=True,
         impl="mpcompat.patches.futures_process_workers",
         summary="a ProcessPoolExecutor whose worker dies names the worker, its exit code or "
                 "signal, and its recorded error",
@@ -190,7 +176,6 @@ PATCHES = (
         distributions=(),
         supported=">=3.8,<3.16",
         needed=">=3.14",
-        default=True,
         impl="mpcompat.patches.futures_interpreter_workers",
         summary="an InterpreterPoolExecutor task whose arguments or result cannot be sent "
                 "between interpreters names what and why",
@@ -201,7 +186,6 @@ PATCHES = (
         distributions=(),
         supported=">=3.8,<3.16",
         needs_env="MPCOMPAT_HANG_DUMP",
-        default=True,
         impl="mpcompat.patches.mp_stuck_waits",
         summary="with MPCOMPAT_HANG_DUMP=SECONDS, a Pool/ThreadPool result waited for too long "
                 "dumps the stacks of this process and its workers",
@@ -212,7 +196,6 @@ PATCHES = (
         distributions=(),
         supported=">=3.8,<3.16",
         needs_env="MPCOMPAT_HANG_DUMP",
-        default=True,
         impl="mpcompat.patches.futures_stuck_waits",
         summary="with MPCOMPAT_HANG_DUMP=SECONDS, a concurrent.futures future waited for too "
                 "long dumps the stacks of this process and its workers",
@@ -223,7 +206,6 @@ PATCHES = (
         distributions=("torch",),
         supported=">=1.9,<2.14",
         needs_env="MPCOMPAT_HANG_DUMP",
-        default=True,
         impl="mpcompat.patches.torch_stuck_waits",
         summary="with MPCOMPAT_HANG_DUMP=SECONDS, a DataLoader batch or a spawn join waited for "
                 "too long dumps the stacks of this process and its workers",

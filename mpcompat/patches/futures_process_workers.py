@@ -113,8 +113,8 @@ def _recording_worker(original):
             if not isinstance(exc, KeyboardInterrupt) and not (
                     isinstance(exc, SystemExit) and exc.code in (None, 0)):
                 if calls.what == UNPICKLING:
-                    from mpcompat.diagnose import main_guard
-                    main_guard.note_missing_attribute(exc)
+                    from mpcompat.diagnose.notes import note_missing_attribute
+                    note_missing_attribute(exc)
                 from mpcompat.workers import child_failures
                 child_failures.record(exc, what=calls.what)
             raise

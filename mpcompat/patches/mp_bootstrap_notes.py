@@ -79,7 +79,7 @@ def start_failed(exc):
     except Exception:
         return
     try:
-        from mpcompat.diagnose.main_guard import note_missing_attribute
+        from mpcompat.diagnose.notes import note_missing_attribute
         note_missing_attribute(exc)
     except Exception:
         pass

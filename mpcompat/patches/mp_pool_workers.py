@@ -118,8 +118,8 @@ class _Tasks(object):
         """Send the failure back as the task's result; raise it if the task is unknown."""
         self.what = "unpickling a task its parent sent"
         try:
-            from mpcompat.diagnose import main_guard
-            main_guard.note_missing_attribute(exc)
+            from mpcompat.diagnose.notes import note_missing_attribute
+            note_missing_attribute(exc)
         except Exception:
             pass
         ids = _task_ids(data)

@@ -10,9 +10,10 @@ in
 - every forked child (``os.fork``: fork DataLoader workers, fork Pools, ...), through an
   ``os.register_at_fork(after_in_child=...)`` hook registered once, when cv2 is first
   imported (it cannot be unregistered: it checks a flag that ``revert`` clears);
-- every DataLoader worker, whatever the start method: ``torch.dataloader_workers`` calls
-  :func:`configure_worker` in the worker before the user's ``worker_init_fn``, and a cv2
-  imported later inside a worker (in ``__getitem__``) is configured when it is imported.
+- every DataLoader worker, whatever the start method: :func:`configure_worker` is registered
+  with ``mpcompat.workers.started``, which ``torch.dataloader_workers`` runs in the worker
+  before the user's ``worker_init_fn``, and a cv2 imported later inside a worker (in
+  ``__getitem__``) is configured when it is imported.
 
 The main process keeps its own setting; a ``worker_init_fn`` that sets its own count wins.
 """
@@ -30,6 +31,8 @@ def apply(module):
     if not callable(getattr(module, "setNumThreads", None)):
         raise Skip("cv2 has no setNumThreads()")
     _state["active"] = True
+    from mpcompat.workers import started
+    started.register(configure_worker)
     if not _state["hooked"] and hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_after_fork_in_child)
         _state["hooked"] = True
@@ -38,13 +41,11 @@ def apply(module):
 
 
 def revert(module):
-    """Disarm the fork hook; threads already configured stay as they are."""
+    """Disarm the fork hook and the worker callback; threads already configured stay as they
+    are."""
     _state["active"] = False
-
-
-def is_applied():
-    """Whether the patch is applied (on the imported cv2) in this process."""
-    return _state["active"]
+    from mpcompat.workers import started
+    started.unregister(configure_worker)
 
 
 def single_thread(cv2):

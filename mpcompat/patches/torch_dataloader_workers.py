@@ -28,7 +28,6 @@ Two targets, two changes:
   under the main guard, which spawn workers cannot unpickle).
 """
 import functools
-import sys
 
 from mpcompat.patches import Skip
 from mpcompat.patching.method_wrappers import WrappedMethods
@@ -82,7 +81,8 @@ def _make_worker_loop(original):
 
 
 def _prepare_worker(original, args, kwargs):
-    """In a worker, before the original loop: the feeder error handler and OpenCV threads."""
+    """In a worker, before the original loop: the feeder error handler, then what patches
+    registered for each worker's start (OpenCV's threads)."""
     import inspect
     bound = inspect.signature(original).bind(*args, **kwargs).arguments
     queue, worker_id = bound.get("data_queue"), bound.get("worker_id")
@@ -90,9 +90,8 @@ def _prepare_worker(original, args, kwargs):
         # Read by Queue._start_thread at the first put (3.8-3.13): an instance attribute
         # set before it is what the feeder thread calls.
         queue._on_queue_feeder_error = functools.partial(_feeder_error, queue, worker_id)
-    opencv = sys.modules.get("mpcompat.patches.opencv_worker_threads")
-    if opencv is not None:
-        opencv.configure_worker()
+    from mpcompat.workers import started
+    started.run()
 
 
 def _feeder_error(queue, worker_id, exc, obj):
@@ -117,12 +116,13 @@ def _error_for(exc, idx, data, worker_id):
     """An ExceptionWrapper that torch's reraise() turns into the error, with the report."""
     from multiprocessing.reduction import ForkingPickler
     from torch._utils import ExceptionWrapper
+    from mpcompat.diagnose.notes import own_message
     where = "in DataLoader worker process %s" % worker_id
     if isinstance(data, ExceptionWrapper):  # an error whose class cannot be pickled
         message = ("mpcompat: the worker's error, %s, could not be sent to the main process "
                    "(%s: %s); its traceback in the worker:\n%s" % (
                        getattr(data.exc_type, "__qualname__", data.exc_type),
-                       type(exc).__name__, _own_message(exc),
+                       type(exc).__name__, own_message(exc),
                        getattr(data, "exc_msg", "").rstrip()))
         return ExceptionWrapper((RuntimeError, RuntimeError(message), None), where)
     carrier = _carrier(exc)
@@ -139,7 +139,8 @@ def _error_for(exc, idx, data, worker_id):
 
 def _carrier(exc):
     """A new exception of ``exc``'s type with its own message (mpcompat's notes left out)."""
-    message = _own_message(exc)
+    from mpcompat.diagnose.notes import own_message
+    message = own_message(exc)
     try:
         carrier = type(exc)(message)
         if str(carrier) == message:
@@ -150,19 +151,8 @@ def _carrier(exc):
     return pickle.PicklingError("%s: %s" % (type(exc).__name__, message))
 
 
-def _own_message(exc):
-    """``str(exc)`` without the notes mpcompat appended to it on Python 3.8-3.10."""
-    text = str(exc)
-    if sys.version_info < (3, 11):
-        from mpcompat.diagnose.notes import notes_of
-        for note in reversed(notes_of(exc)):
-            if text.endswith("\n" + note):
-                text = text[:-len(note) - 1]
-    return text
-
-
 def _report(exc, idx, data, worker_id, pickler):
-    from mpcompat.diagnose.notes import PREFIX
+    from mpcompat.diagnose.notes import PREFIX, own_message
     from mpcompat.diagnose.walker import explain_parts
     header = ("DataLoader worker process %s could not send batch %d of this epoch (counting "
               "from 0) to the main process: pickling it failed, and without mpcompat the main "
@@ -178,7 +168,7 @@ def _report(exc, idx, data, worker_id, pickler):
     except Exception:
         pass
     return PREFIX + header.rsplit(" What", 1)[0] + " (%s: %s)" % (type(exc).__name__,
-                                                                  _own_message(exc))
+                                                                  own_message(exc))
 
 
 # --- in the main process ----------------------------------------------------------------------

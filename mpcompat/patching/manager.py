@@ -150,7 +150,7 @@ def configure(config, apply_now=True):
     """Arm the patches ``config`` asks for and disarm the rest.
 
     config: ``requested`` (names asked for explicitly, which raise PatchUnavailable if they
-    cannot apply, or None for every patch on by default), ``disabled`` (names turned off),
+    cannot apply, or None for every patch), ``disabled`` (names turned off),
     ``disabled_by`` (what turned them off, for status()). With ``apply_now``, the armed
     patches apply at once to targets already imported (an explicit activate() call); without,
     each target's own import hook call applies them. (Already applied is a no-op: every
@@ -160,8 +160,7 @@ def configure(config, apply_now=True):
     undo = []
     with _lock:
         specs = patch_table.PATCHES
-        wanted = set(requested) if requested is not None else {
-            spec.name for spec in specs if spec.default}
+        wanted = set(requested) if requested is not None else {spec.name for spec in specs}
         wanted -= disabled
         for name in set(_states) - {spec.name for spec in specs}:  # dropped from the table
             undo.append(_disarm(_states.pop(name)))
@@ -176,7 +175,7 @@ def configure(config, apply_now=True):
                 undo.append(_disarm(st))
                 st.state = DISABLED
                 st.reason = (config["disabled_by"] if spec.name in disabled
-                             else "off by default" if not spec.default else "not requested")
+                             else "not requested")
         _configured[0] = dict(config)  # last: on_module trusts the states once this is set
     _revert_all(undo)
     for st in [_states[spec.name] for spec in specs if spec.name in wanted] if apply_now else ():

@@ -50,12 +50,6 @@ class Patcher(object):
         value = owner.__dict__.get(name, _ABSENT)
         return value if value is not _ABSENT else _inherited(owner, name)
 
-    def is_ours(self, owner, name):
-        """Whether ``owner.name`` is still the replacement this patcher put there."""
-        with self._lock:
-            record = self._records.get((id(owner), name))
-            return record is not None and _current(owner, name) is record[3]
-
     def restore(self, module=None):
         """Put back the originals replaced for ``module`` (every one when None), each only if
         the replacement is still in place: what somebody set after us stays theirs."""

@@ -26,7 +26,6 @@ import types
 
 import wrapt.wrappers
 
-from mpcompat.rebuild import rebuild_per_process
 
 __all__ = ["per_process", "close", "created", "PerProcess"]
 
@@ -363,6 +362,21 @@ def resolve_reference(reference):
     if not callable(factory):
         raise TypeError("mpcompat.per_process: %s.%s is not callable" % (module_name, name))
     return factory
+
+
+def rebuild_per_process(factory, args, kwargs, on_fork=None):
+    """Return a new :func:`mpcompat.per_process` object: the recipe only, created on first use.
+
+    Pickles name it ``mpcompat.rebuild.rebuild_per_process`` (that module hands out this very
+    function). ``factory`` is the callable, or a ``(module, name)`` pair of strings naming one
+    that pickle cannot find by reference (``lmdb.open``); ``on_fork`` is in the pickle only when
+    it is not the default. The recipe was checked where the object was made; here a ``(module,
+    name)`` pair is imported, and the factory is not called (that happens on first use).
+    """
+    return rebuild(factory, args, kwargs, on_fork)
+
+
+rebuild_per_process.__module__ = "mpcompat.rebuild"
 
 
 def rebuild(reference, args, kwargs, on_fork=None):

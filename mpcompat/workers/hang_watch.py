@@ -40,23 +40,35 @@ from _thread import allocate_lock, get_ident, start_new_thread
 VAR = "MPCOMPAT_HANG_DUMP"
 _monotonic = time.monotonic
 
-# The main thread's current wait: [obj, kind, outer wait] or None. A one-item list so that
-# the hot path is a load and a store. leave() clears obj: the watchdog may hold an ended wait
-# until its next look, and must not keep a DataLoader iterator (and its workers) alive. No
-# clock is read per wait: the watchdog dates a wait when it first sees it (at most one poll
+# The main thread's current wait (_state.current): [obj, kind, outer wait] or None; the hot
+# path is an attribute load and a store. leave() clears obj: the watchdog may hold an ended
+# wait until its next look, and must not keep a DataLoader iterator (and its workers) alive.
+# No clock is read per wait: the watchdog dates a wait when it first sees it (at most one poll
 # interval late, so a dump may come that much later, never sooner); most waits end before
 # it looks.
-_current = [None]
-_main = [threading.main_thread().ident]
-_seconds = [None]        # SECONDS, as last read by a patch that applied; None: off
-_started = [False]       # the watchdog thread of this process runs (or could not start)
-_start_lock = [allocate_lock()]
-_write_lock = [allocate_lock()]   # held while a dump writes to stderr (see _write)
-_fork_holds = {}         # thread ident -> True: its fork took _write_lock (see _before_fork)
-_dumps = [0]             # dumps written by this process
-_armed_by = set()        # patches that want the worker-side handler
-_handler = [False]       # faulthandler is registered on the signal by us
-_fork_hook = [False]     # the at-fork handler is registered (at the first require())
+
+
+class _State(object):
+    """This process's watchdog state, in one place (reset in a forked child)."""
+
+    __slots__ = ("current", "main", "seconds", "started", "start_lock", "write_lock",
+                 "fork_holds", "dumps", "armed_by", "handler", "fork_hook")
+
+    def __init__(self):
+        self.current = None      # the main thread's wait: [obj, kind, outer wait] or None
+        self.main = threading.main_thread().ident
+        self.seconds = None      # SECONDS, as last read by a patch that applied; None: off
+        self.started = False     # the watchdog thread of this process runs (or could not start)
+        self.start_lock = allocate_lock()
+        self.write_lock = allocate_lock()  # held while a dump writes to stderr (see _write)
+        self.fork_holds = {}     # thread ident -> True: its fork took write_lock (_before_fork)
+        self.dumps = 0           # dumps written by this process
+        self.armed_by = set()    # patches that want the worker-side handler
+        self.handler = False     # faulthandler is registered on the signal by us
+        self.fork_hook = False   # the at-fork handler is registered (at the first require())
+
+
+_state = _State()
 _WORKER_PAUSE = 0.15     # seconds left to a signalled worker to write its stacks
 _DELIVERY_LIMIT = 2.0    # seconds to wait at most for the signal to reach a busy worker
 
@@ -110,9 +122,9 @@ def require():
         raw = os.environ.get(VAR, "").strip()
         raise NotNeeded("%s is not set" % VAR if not raw
                         else "%s=%r is not a positive number" % (VAR, raw))
-    _seconds[0] = value
-    if not _fork_hook[0] and hasattr(os, "register_at_fork"):
-        _fork_hook[0] = True
+    _state.seconds = value
+    if not _state.fork_hook and hasattr(os, "register_at_fork"):
+        _state.fork_hook = True
         os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
                             after_in_child=_after_fork_in_child)
     return value
@@ -120,7 +132,7 @@ def require():
 
 def short(timeout):
     """Whether a wait bounded by ``timeout`` (not None) cannot outlast SECONDS (not watched)."""
-    limit = _seconds[0]
+    limit = _state.seconds
     return limit is None or timeout < limit
 
 
@@ -131,10 +143,10 @@ def enter(obj, kind):
 
     Never raises. Nested waits stack: the inner one is watched until it ends.
     """
-    if get_ident() != _main[0]:
+    if get_ident() != _state.main:
         return None
-    rec = _current[0] = [obj, kind, _current[0]]
-    if not _started[0]:  # after the wait is visible: see _idle()
+    rec = _state.current = [obj, kind, _state.current]
+    if not _state.started:  # after the wait is visible: see _idle()
         _start()
     return rec
 
@@ -143,8 +155,8 @@ def leave(token):
     """The wait recorded by :func:`enter` is over (returned or raised): forget it."""
     if token is not None:
         token[0] = None
-        if _current[0] is token:
-            _current[0] = token[2]
+        if _state.current is token:
+            _state.current = token[2]
 
 
 def call_watched(obj, kind, call, *args, **kwargs):
@@ -163,10 +175,10 @@ def call_watched(obj, kind, call, *args, **kwargs):
 
 
 def _start():
-    with _start_lock[0]:
-        if _started[0]:
+    with _state.start_lock:
+        if _state.started:
             return
-        _started[0] = True  # also when the thread cannot start: not retried by this wait
+        _state.started = True  # also when the thread cannot start: not retried by this wait
         try:
             # A bare thread, not a threading.Thread: it is never in threading.enumerate() nor
             # in threading._dangling, which test harnesses compare right after a test; it
@@ -177,7 +189,7 @@ def _start():
 
 
 def _poll_interval():
-    limit = _seconds[0] or 1.0
+    limit = _state.seconds or 1.0
     return max(0.05, min(limit / 4.0, 1.0))
 
 
@@ -185,11 +197,11 @@ def _idle():
     """Whether the watchdog may stop: nothing is watched now. Decided under the start lock, so
     that a wait entered meanwhile either sees the thread stopped (and starts a new one) or
     keeps it running."""
-    with _start_lock[0]:
-        _started[0] = False
-        if _current[0] is None:
+    with _state.start_lock:
+        _state.started = False
+        if _state.current is None:
             return True
-        _started[0] = True
+        _state.started = True
         return False
 
 
@@ -204,11 +216,11 @@ def _watch():
             step = min(0.1, interval - slept)
             time.sleep(step)
             slept += step
-            if _current[0] is None and _idle():
+            if _state.current is None and _idle():
                 return
         try:
-            rec = _current[0]
-            limit = _seconds[0]
+            rec = _state.current
+            limit = _state.seconds
             if rec is None or limit is None:
                 seen = None
                 continue
@@ -254,8 +266,8 @@ def dump(rec, since, quiet, next_at):
     obj, kind = rec[0], rec[1]
     if obj is None:  # the wait ended as the watchdog looked
         return
-    _dumps[0] += 1
-    number, pid = _dumps[0], os.getpid()
+    _state.dumps += 1
+    number, pid = _state.dumps, os.getpid()
     try:
         what = kind[0](obj)
     except Exception as exc:
@@ -267,7 +279,7 @@ def dump(rec, since, quiet, next_at):
     lines = ["mpcompat: hang dump %d of process %d: the main thread has waited %.1f s for %s"
              % (number, pid, quiet, what),
              "mpcompat: (%s; %s=%s; next dump after %.1f s without progress; nothing is "
-             "killed)" % (started, VAR, _fmt_seconds(_seconds[0]), next_at)]
+             "killed)" % (started, VAR, _fmt_seconds(_state.seconds), next_at)]
     lines.extend(_thread_stacks(pid))
     _write(stream, lines)
     for label, process in _workers(kind, obj):
@@ -282,7 +294,7 @@ def _fmt_seconds(value):
 def _write(stream, lines):
     # Under _write_lock: a fork waits for the write to end, so that no child starts with
     # stderr's buffer locked by this thread (which does not exist in the child).
-    with _write_lock[0]:
+    with _state.write_lock:
         try:
             stream.write("\n".join(lines) + "\n")
             stream.flush()
@@ -294,7 +306,7 @@ def _thread_stacks(pid):
     """This process's threads but the watchdog, each with its stack (most recent call last)."""
     import traceback
     names = {t.ident: t.name for t in threading.enumerate()}
-    me, main = get_ident(), _main[0]
+    me, main = get_ident(), _state.main
     frames = sys._current_frames()
     order = sorted(frames, key=lambda ident: (ident != main, names.get(ident, ""), ident))
     lines = []
@@ -410,25 +422,25 @@ def children():
 def arm_workers(owner):
     """Register the stack-dump handler (``faulthandler`` on SIGURG, all threads, chained) in
     this process, on behalf of ``owner`` (a patch); its forked children inherit it."""
-    _armed_by.add(owner)
+    _state.armed_by.add(owner)
     _register()
 
 
 def disarm_workers(owner):
     """``owner`` no longer wants the handler; unregister it once nobody does."""
-    _armed_by.discard(owner)
-    if not _armed_by and _handler[0]:
+    _state.armed_by.discard(owner)
+    if not _state.armed_by and _state.handler:
         signum = _signal()
         try:
             import faulthandler
             faulthandler.unregister(signum)
         except Exception:
             pass
-        _handler[0] = False
+        _state.handler = False
 
 
 def _register():
-    if _handler[0]:
+    if _state.handler:
         return
     signum = _signal()
     if signum is None:  # Windows: no SIGURG, and no faulthandler.register
@@ -440,30 +452,30 @@ def _register():
         except Exception:
             fd = 2
         faulthandler.register(signum, file=fd, all_threads=True, chain=True)
-        _handler[0] = True
+        _state.handler = True
     except Exception:
         pass
 
 
 def _before_fork():
     """Let a dump's write end before forking (bounded: a stderr nobody reads blocks it)."""
-    if _write_lock[0].acquire(True, 1.0):
-        _fork_holds[get_ident()] = True
+    if _state.write_lock.acquire(True, 1.0):
+        _state.fork_holds[get_ident()] = True
 
 
 def _after_fork_in_parent():
-    if _fork_holds.pop(get_ident(), False):
-        _write_lock[0].release()
+    if _state.fork_holds.pop(get_ident(), False):
+        _state.write_lock.release()
 
 
 def _after_fork_in_child():
     """A forked child has no watchdog thread and waits for nothing yet."""
-    _current[0] = None
-    _started[0] = False
-    _start_lock[0] = allocate_lock()
-    _write_lock[0] = allocate_lock()
-    _fork_holds.clear()
-    _main[0] = threading.main_thread().ident
-    if _armed_by:
+    _state.current = None
+    _state.started = False
+    _state.start_lock = allocate_lock()
+    _state.write_lock = allocate_lock()
+    _state.fork_holds.clear()
+    _state.main = threading.main_thread().ident
+    if _state.armed_by:
         _register()  # inherited already; repeated in case the parent's was undone meanwhile
 

@@ -43,10 +43,9 @@ def add_patch(monkeypatch):
     monkeypatch.setenv("MPCOMPAT_WARNED", "")  # each test starts a fresh "process tree"
     _drop_targets()
 
-    def add(name, target=ALPHA, impl="patchkit.good", distributions=(), supported="",
-            default=True):
+    def add(name, target=ALPHA, impl="patchkit.good", distributions=(), supported=""):
         spec = PatchSpec(name=name, targets=(target,), distributions=distributions,
-                         supported=supported, default=default, impl=impl,
+                         supported=supported, impl=impl,
                          summary="test patch %s" % name)
         patch_table.PATCHES = patch_table.PATCHES + (spec,)
         return spec

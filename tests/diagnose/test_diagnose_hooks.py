@@ -51,7 +51,7 @@ def test_hooks_are_declared_patches_and_reversible(restore_mpcompat):
     import multiprocessing.spawn as spawn
     for name in (NOTES, BOOTSTRAP):
         spec = BY_NAME[name]
-        assert spec.distributions == () and spec.default and spec.supported == ">=3.8,<3.16"
+        assert spec.distributions == () and spec.supported == ">=3.8,<3.16"
     mpcompat.activate()
     states = {p.name: p.state for p in mpcompat.status().patches}
     assert states[NOTES] == states[BOOTSTRAP] == "applied"

@@ -1,0 +1,79 @@
+"""No import circles inside mpcompat: read from the package's own import statements (at module
+level and inside functions alike), no module imports one that, directly or through others,
+imports it back."""
+import ast
+import os
+
+import mpcompat
+
+PACKAGE = os.path.dirname(os.path.abspath(mpcompat.__file__))
+
+
+def modules():
+    """``{dotted name: path}`` of every module of the package."""
+    found = {}
+    for directory, _, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(directory, name)
+                dotted = os.path.relpath(path[:-3], os.path.dirname(PACKAGE)).replace(os.sep, ".")
+                found[dotted[:-len(".__init__")] if dotted.endswith(".__init__") else dotted] = path
+    return found
+
+
+def _owner(name, known):
+    """The package module that ``name`` (a module or a name inside one) belongs to, or None."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports(known):
+    """``{module: set of package modules it imports}``."""
+    edges = {}
+    for module, path in known.items():
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets.update(_owner(alias.name, known) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([base] if base else []))
+                for alias in node.names:
+                    targets.add(_owner(base + "." + alias.name, known) or _owner(base, known))
+        edges[module] = {t for t in targets if t and t != module}
+    return edges
+
+
+def cycles(edges):
+    """Every import circle, each once, as a list of modules starting from its smallest name."""
+    found = set()
+
+    def walk(start, node, path):
+        for nxt in edges[node]:
+            if nxt == start:
+                found.add(tuple(path))
+            elif nxt > start and nxt not in path:
+                walk(start, nxt, path + [nxt])
+
+    for module in sorted(edges):
+        walk(module, module, [module])
+    return sorted(found)
+
+
+def test_the_finder_sees_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [("a", "b", "c")]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_package_imports_no_module_that_imports_it_back():
+    known = modules()
+    assert "mpcompat.diagnose.walker" in known and "mpcompat.rebuild" in known
+    edges = imports(known)
+    assert "mpcompat.diagnose.hints" in edges["mpcompat.diagnose.walker"]  # the finder works
+    assert cycles(edges) == []
