@@ -8,10 +8,11 @@ cross-interpreter data`` (a result): no path, no reason.
 
 ``WorkerContext.run`` (in the thread that hands a task to its interpreter) is wrapped:
 - It sends the call as ``call_and_pack(fn, args, kwargs)``, a module-level function here that
-  runs in the worker interpreter, calls ``fn``, and returns the result pickled (bytes, which
-  are shared as they are; a result that is not natively shareable was pickled anyway). A result
-  that cannot be pickled raises there, with mpcompat's note naming its path (``result[...]``),
-  and reaches the caller as the task's exception. The wrapper unpickles the bytes it gets back.
+  runs in the worker interpreter, calls ``fn``, and returns a result of a natively shareable
+  type (None, bool, int, float, str, bytes) as it is, any other pickled (such a result was
+  pickled anyway). A result that cannot be pickled raises there, with mpcompat's note naming
+  its path (``result[...]``), and reaches the caller as the task's exception. The wrapper
+  unpickles what came back pickled.
 - A ``NotShareableError`` of the call itself: the task's ``fn``, ``args`` and ``kwargs`` are
   walked here and the note names the path (``args[0]['a'].lock``) and the fix.
 
@@ -31,13 +32,20 @@ _RESULT = ("The result of a task could not be sent back from its interpreter: pi
            "failed.")
 
 
+# Results of these exact types are shared natively, without pickle: passed on as they are.
+_SHAREABLE = (type(None), bool, int, float, str, bytes)
+
+
 def call_and_pack(fn, args, kwargs):
-    """In a worker interpreter: ``fn(*args, **kwargs)``, returned pickled. A result that
-    cannot be pickled raises its pickling error with mpcompat's note. (Pickles of tasks name
-    this function: it stays at this path.)"""
+    """In a worker interpreter: ``fn(*args, **kwargs)``, as ``(False, result)`` when the result
+    is natively shareable, else ``(True, pickled result)``. A result that cannot be pickled
+    raises its pickling error with mpcompat's note. (Pickles of tasks name this function: it
+    stays at this path.)"""
     result = fn(*args, **kwargs)
+    if type(result) in _SHAREABLE:
+        return False, result
     try:
-        return pickle.dumps(result, pickle.HIGHEST_PROTOCOL)
+        return True, pickle.dumps(result, pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         from mpcompat.diagnose.notes import parts_failed
         parts_failed(exc, _RESULT, [("result", result)], "result")
@@ -58,7 +66,8 @@ def _run(original, not_shareable):
             parts += [("kwargs[%r]" % (k,), v) for k, v in kwargs.items()]
             parts_failed(exc, _ARGS, parts, "task")
             raise
-        return pickle.loads(packed)
+        pickled, value = packed
+        return pickle.loads(value) if pickled else value
     return run
 
 

@@ -44,6 +44,8 @@ with InterpreterPoolExecutor(1) as ex:
     data["after_result"] = ex.submit(w.add, 1, 1).result(timeout=60)
     data["raised"] = outcome(ex.submit(w.raise_key_error))
     data["lambda"] = ex.submit(lambda: 7).result(timeout=60)
+    data["plain"] = [repr(ex.submit(w.echo, v).result(timeout=60))
+                     for v in (None, True, 3, 2.5, "s", b"b", (1, "t"), [1])]
 print("RESULT " + json.dumps(data))
 '''
 
@@ -106,3 +108,4 @@ def test_a_result_that_cannot_be_pickled_is_named(scenario):
 def test_what_a_task_raises_and_lambdas_are_unchanged(scenario):
     assert scenario["raised"] == {"type": "KeyError", "message": "'gone'", "notes": []}
     assert scenario["lambda"] == 7
+    assert scenario["plain"] == ["None", "True", "3", "2.5", "'s'", "b'b'", "(1, 't')", "[1]"]
