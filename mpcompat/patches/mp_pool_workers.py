@@ -462,7 +462,12 @@ def _hooks(module):
     @functools.wraps(original["_repopulate_pool_static"])
     def _repopulate_pool_static(ctx, Process, processes, pool, inqueue, outqueue, *args):
         if hasattr(outqueue, "_reader"):  # a process pool (not a ThreadPool)
-            Process = _tracker(outqueue, processes).starting(Process)
+            tracker = _tracker(outqueue, processes)
+            if tracker.broken is not None:
+                # Broken by the reaping just before this call (_maintain_pool): no new worker,
+                # and no fork while the user's threads go on (a fork copies their locks).
+                return None
+            Process = tracker.starting(Process)
         return original["_repopulate_pool_static"](ctx, Process, processes, pool, inqueue,
                                                    outqueue, *args)
 

@@ -9,6 +9,7 @@ Pool keeps starting workers that fail, and the script's own wait for the result 
 import multiprocessing
 import multiprocessing.pool
 import pickle
+import re
 import sys
 
 import pytest
@@ -217,6 +218,11 @@ def test_broken_pool_fails_every_task_and_closes(method, tmp_path):
         assert data[name]["type"] == "BrokenPool", (name, data[name])
     assert data["error_callback"] == []  # refused at once: nothing was accepted to fail later
     assert data["joined"]
+    # Once broken, the Pool starts no worker: each worker that died is one the error counts
+    # (a fork after the break could copy a lock another thread holds, and hang in the child).
+    failed = int(re.search(r"(\d+) worker processes of this Pool failed",
+                           flat(data["many"]["text"])).group(1))
+    assert len(re.findall(r"^Process \w+PoolWorker-\d+:$", proc.stderr, re.M)) == failed
 
 
 RESPAWN = '''\
