@@ -219,7 +219,7 @@ def _registration_table(trip, quick):
     alone), in this process's main thread, against the cheapest round trip measured above."""
     from mpcompat.workers import hang_watch
     from _common import interleaved
-    hang_watch._seconds[0] = 600.0
+    hang_watch._state.seconds = 600.0
     kind, obj, loops = hang_watch.kind(repr), object(), 200000
     watched = hang_watch.call_watched
 

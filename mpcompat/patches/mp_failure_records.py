@@ -17,6 +17,7 @@ Both are plain functions (``Process.start`` and ``join`` are called by name, nev
 the standard-library patches do not import wrapt). One extra call per start and per join.
 """
 import functools
+import os
 import sys
 
 from mpcompat.patching.patcher import Patcher
@@ -126,13 +127,13 @@ def forkserver_died(exc, pid):
         if path is not None and sys.version_info >= (3, 14):
             text += (" From Python 3.14 the forkserver imports the main module, %s, when it "
                      "starts, so the module-level code of %s runs there too."
-                     % (path, _basename(path)))
+                     % (path, os.path.basename(path)))
             line = _main_line(path, main_guard)
             if line is not None:
                 text += (" Line %d of %s starts processes at module level, outside `if __name__ "
                          "== \"__main__\":`, so it ran again in the forkserver and failed there. "
                          "Put the code that starts processes under `if __name__ == "
-                         "\"__main__\":`." % (line, _basename(path)))
+                         "\"__main__\":`." % (line, os.path.basename(path)))
         import textwrap
         add_note(exc, textwrap.fill(PREFIX + text, 100))
     except Exception:
@@ -142,7 +143,6 @@ def forkserver_died(exc, pid):
 def _exit_status(pid, wait=1.0):
     """How process ``pid`` (a child of this one) ended, e.g. "exited with code 1", or None while
     it runs. Does not reap it: multiprocessing waits for its forkserver itself."""
-    import os
     import time
     waitid = getattr(os, "waitid", None)
     if waitid is None:
@@ -175,11 +175,6 @@ def _main_line(path, main_guard):
     if analysis is None or analysis.guards_line(line):
         return None
     return line
-
-
-def _basename(path):
-    import os
-    return os.path.basename(path)
 
 
 def spawn_main_frame(module):

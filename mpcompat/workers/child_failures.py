@@ -43,8 +43,8 @@ class _Channel(object):
         self.address = None    # where ``sock`` listens, "<owner pid>:<address>"
         self.directory = None  # the socket file's directory (not on Linux)
         self.records = {}      # pid -> record, in arrival order
-        self.parent = None     # the parent's address, told to a spawn or forkserver child
-        self.told = None       # pid of the process ``parent`` was told to
+        self.parent = None     # a fork child's: the channel it inherited from its parent
+        self.told = None       # (pid, address): what a spawn or forkserver child was told
 
 
 _channel = _Channel()
@@ -85,8 +85,7 @@ def _open():
         _remove_directory(directory)
         raise
     old = _channel.sock  # ours, or the parent's inherited by fork: not read here
-    if _channel.owner is not None and _channel.owner != os.getpid() and \
-            _channel.told != os.getpid():
+    if _channel.owner is not None and _channel.owner != os.getpid():
         _channel.parent = _channel.address  # a fork child: its parent's, inherited
     _channel.owner, _channel.sock, _channel.directory = os.getpid(), sock, directory
     _channel.records = {}
@@ -106,14 +105,15 @@ def heard_from_parent(value):
     """In a spawn or forkserver child: ``value`` is the parent's channel, from the preparation
     data its parent sent (see :func:`address`)."""
     if isinstance(value, str) and value:
-        _channel.parent, _channel.told = value, os.getpid()
+        _channel.told = (os.getpid(), value)
 
 
 def _parent_address():
-    if _channel.told == os.getpid():
+    told = _channel.told
+    if told is not None and told[0] == os.getpid():
         # What the parent said wins over a channel that came with a fork: a forkserver that
         # opened one of its own while importing the main module forks its children with it.
-        return _channel.parent
+        return told[1]
     if _channel.owner is not None and _channel.owner != os.getpid():
         return _channel.address  # a fork child: the parent's channel came with the memory
     return _channel.parent
@@ -258,10 +258,10 @@ def discard(pids):
     records waiting, then drop theirs. Never raises."""
     try:
         _read()
-        for pid in pids:
-            _channel.records.pop(int(pid), None)
     except Exception:
         pass
+    for pid in pids:
+        forget(pid)
 
 
 def _read():
