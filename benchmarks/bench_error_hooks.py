@@ -56,11 +56,12 @@ def run(quick=False):
     rounds, starts = (7, 4) if quick else (21, 10)
     pickler = reduction.ForkingPickler
     hooked_dumps = pickler.__dict__["dumps"]
-    assert getattr(hooked_dumps.__func__, "_mpcompat_pickling_notes", False), "not applied"
+    from mpcompat.patches import mp_pickling_notes
+    original_dumps = mp_pickling_notes.patcher.original(pickler, "dumps").__func__
+    assert original_dumps is not hooked_dumps.__func__, "not applied"
     # Both called as plain functions: in use, both are reached through the same classmethod
     # binding (ForkingPickler.dumps), which is not what is compared here.
     hooked_dumps = hooked_dumps.__func__
-    original_dumps = hooked_dumps._mpcompat_original.__func__
     original_dump = reduction.dump.__wrapped__
     ctx = multiprocessing.get_context("spawn")
     task = (3, 0, child, (list(range(10)), "abc"), {"flag": True})

@@ -3,7 +3,7 @@
 Two measurements, each in fresh child interpreters (Python 3.11, torch 2.13, nuscenes-devkit
 1.2.0), runs paired and alternated so that a noisy machine slows both sides alike:
 
-1. CPU time spent inside mpcompat's import callbacks (``mpcompat.patching._call``, which runs
+1. CPU time spent inside mpcompat's import callbacks (``mpcompat.patching._call_back``, which runs
    every callback: the patch manager, the version checks, each patch's apply) while the child
    imports torch, nuscenes-devkit's detection and tracking data classes and multiprocessing.
    That includes importing wrapt once (the library patches wrap torch and nuscenes callables
@@ -36,16 +36,16 @@ import mpcompat
 from mpcompat import patching as importhook
 spent = [0.0]
 per_module = {}
-original = importhook._call
-def timed(callback, module, name):
+original = importhook._call_back
+def timed(module):
     start = time.process_time()
     try:
-        original(callback, module, name)
+        original(module)
     finally:
         took = time.process_time() - start
         spent[0] += took
-        per_module[name] = per_module.get(name, 0.0) + took
-importhook._call = timed
+        per_module[module.__name__] = per_module.get(module.__name__, 0.0) + took
+importhook._call_back = timed
 start = time.process_time()
 import multiprocessing, multiprocessing.pool, concurrent.futures
 import torch

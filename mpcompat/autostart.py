@@ -2,8 +2,7 @@
 
 A wheel install puts ``mpcompat.pth`` (and, for Python 3.15+, ``mpcompat.start``) in
 site-packages, both calling the top-level ``_mpcompat_bootstrap`` module. ``mpcompat disable``
-rewrites both so that they call nothing, ``mpcompat enable`` writes the shipped content back:
-the state lives in the files the installer recorded, so nothing is read at start-up to check it
+turns each of their lines into a comment, ``mpcompat enable`` turns them back: the state lives in the files the installer recorded, so nothing is read at start-up to check it
 and ``pip uninstall`` removes it. Reinstalling or upgrading mpcompat installs fresh, enabled files.
 """
 import os
@@ -11,16 +10,9 @@ import sys
 
 PTH_NAME = "mpcompat.pth"
 START_NAME = "mpcompat.start"
-# The content of mpcompat/_startup/mpcompat.pth and mpcompat.start, as the wheel ships them.
-ENABLED = {
-    PTH_NAME: 'import os, sys; exec("try:\\n import _mpcompat_bootstrap\\nexcept Exception as e:\\n _mpcompat_bootstrap = None\\n if sys.stderr and not os.environ.get(\'MPCOMPAT_AUTOSTART_FAILED\') and os.environ.get(\'MPCOMPAT_DISABLE\', \'\').strip().lower() not in (\'1\', \'true\', \'yes\', \'on\'):\\n  os.environ[\'MPCOMPAT_AUTOSTART_FAILED\'] = \'_mpcompat_bootstrap: %s\' % e\\n  sys.stderr.write(\'mpcompat: auto-activation failed, it stays off in this process and its children (mpcompat.pth cannot import _mpcompat_bootstrap: %s: %s); reinstall mpcompat to fix this\\\\n\' % (type(e).__name__, e))\\nif _mpcompat_bootstrap:\\n _mpcompat_bootstrap.main(\'mpcompat.pth\')")\n',  # the start-up hook; one line of stderr if it is missing or broken
-    START_NAME: "_mpcompat_bootstrap:main\n",
-}
-DISABLED = {
-    PTH_NAME: "# mpcompat: auto-activation turned off by 'mpcompat disable'; "
-              "'mpcompat enable' turns it back on\n",
-    START_NAME: "",  # no entry point (comment syntax in .start files is not relied on)
-}
+# 'mpcompat disable' turns every line of both files into a comment starting with this, and
+# 'mpcompat enable' takes it off again: the files are then byte for byte what was installed.
+OFF = "# turned off by 'mpcompat disable', 'mpcompat enable' turns it back on: "
 # The directory mpcompat is imported from (site-packages, or a source checkout).
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -61,12 +53,18 @@ def is_enabled(site_dir):
 
 
 def set_enabled(site_dir, enabled):
-    """Turn the start-up hook in ``site_dir`` on (shipped content) or off (calling nothing)."""
-    for name, content in (ENABLED if enabled else DISABLED).items():
-        target = os.path.join(site_dir, name)
-        if name == START_NAME and not os.path.exists(target):
-            continue  # installed by a build without it: leave it absent
-        _replace(target, content)
+    """Turn the start-up hook in ``site_dir`` on (as installed) or off (every line a comment)."""
+    for name in (PTH_NAME, START_NAME):
+        path = os.path.join(site_dir, name)
+        if not os.path.exists(path):
+            continue  # (mpcompat.start: installed by a build without it)
+        with open(path) as f:
+            lines = f.read().splitlines(True)
+        if enabled:
+            lines = [line[len(OFF):] if line.startswith(OFF) else line for line in lines]
+        else:
+            lines = [line if line.startswith(OFF) else OFF + line for line in lines]
+        _replace(path, "".join(lines))
 
 
 def _replace(path, content):
@@ -107,9 +105,9 @@ def environment():
     if activation.env_disabled():
         line += ", but MPCOMPAT_DISABLE=%s keeps mpcompat off in this process tree" % (
             os.environ["MPCOMPAT_DISABLE"].strip())
-    elif os.environ.get(activation.FAILED_VAR):
+    elif os.environ.get("MPCOMPAT_AUTOSTART_FAILED"):  # set by _mpcompat_bootstrap
         line += (", but it failed in this process tree (%s): its processes start without it"
-                 % os.environ[activation.FAILED_VAR])
+                 % os.environ["MPCOMPAT_AUTOSTART_FAILED"])
     return "on", line
 
 

@@ -54,6 +54,28 @@ class WorkerLostError(RuntimeError):
                 self.__dict__)
 
 
+def warn(message, key=None):
+    """One ``MpcompatWarning``, once per process tree (``key`` decides what counts as the same
+    warning, default the message).
+
+    A warning never raises and never turns mpcompat off. When a warnings filter makes it an
+    error (``python -W error``, ``PYTHONWARNINGS=error``), or a ``warnings.showwarning`` hook
+    raises, it is written to stderr instead, as ``MpcompatWarning: mpcompat: <message>``
+    (still once per process tree), and mpcompat carries on.
+    """
+    try:
+        warn_once(message, key)
+    except Exception as exc:
+        line = ("%s: %s" % (type(exc).__name__, exc) if isinstance(exc, Warning)
+                else "MpcompatWarning: mpcompat: %s" % message)
+        try:
+            if sys.stderr is not None:
+                sys.stderr.write(line + "\n")
+                sys.stderr.flush()
+        except Exception:  # no usable stderr: the warning is lost, mpcompat stays on
+            pass
+
+
 def warn_once(message, key=None):
     """Warn with ``message`` unless this process or an ancestor already did; return whether it
     warned. ``key`` (default: the message) decides what counts as the same warning."""
@@ -68,6 +90,27 @@ def warn_once(message, key=None):
     warnings.warn_explicit(MpcompatWarning("mpcompat: " + message), MpcompatWarning, filename,
                            lineno, module, registry)
     return True
+
+
+def describe(exc):
+    """``"RuntimeError: injected (mpcompat/pickling/registry.py, line 178)"``: the error, and
+    the file of mpcompat it was raised in when its message does not name it already (an
+    ImportError names its module)."""
+    text = "%s: %s" % (type(exc).__name__, exc)
+    if isinstance(exc, ImportError):
+        return text
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    filename = tb.tb_frame.f_code.co_filename if tb is not None else ""
+    if isinstance(exc, SyntaxError):
+        filename, line = exc.filename or "", exc.lineno
+    else:
+        line = tb.tb_lineno if tb is not None else 0
+    if filename.startswith(_PACKAGE_DIR) and os.path.basename(filename) not in text:
+        where = "mpcompat" + filename[len(_PACKAGE_DIR):].replace(os.sep, "/")
+        text += " (%s, line %s)" % (where, line)
+    return text
 
 
 def _user_frame():

@@ -77,11 +77,3 @@ def __getattr__(name):
         from mpcompat.pickling.per_process import rebuild_per_process
         return rebuild_per_process
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
-
-
-# As in rebuild_views: a reload keeps the function objects pickles were made with.
-_KEPT = globals().get("_KEPT") or {}
-for _name in __all__:
-    if _name in globals():
-        globals()[_name] = _KEPT.setdefault(_name, globals()[_name])
-del _name

@@ -56,12 +56,3 @@ def rebuild_odict_items(mapping):
     """Return an ``odict_items`` view over an ``OrderedDict`` copy of ``mapping``."""
     from collections import OrderedDict
     return OrderedDict(mapping).items()
-
-
-# importlib.reload() runs this file again in the same namespace: keep the function objects
-# that the registered reducers already hand out, or pickle would refuse them as "not the same
-# object". (A dict, not more module-level functions: nothing else here may be callable.)
-_KEPT = globals().get("_KEPT") or {}
-for _name in __all__:
-    globals()[_name] = _KEPT.setdefault(_name, globals()[_name])
-del _name

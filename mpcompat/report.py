@@ -28,35 +28,21 @@ class Status(object):
     Attributes: ``active`` (bool); ``how`` (how mpcompat got active or why it is off, e.g.
     "activated at start-up by mpcompat.pth"); ``autostart`` ("on", "off" or "none": whether
     new Python processes of this environment activate it at start); ``autostart_line`` (that,
-    said in full); ``broken`` (what part of mpcompat is broken, or None); ``reducers``
+    said in full); ``reducers``
     (``{type: reducer}`` as registered, built-in and user ones); ``builtin`` (the types whose
     built-in reducer is in place); ``conflicts``; ``patches`` (a list of PatchStatus).
     """
 
     def __init__(self):
         from mpcompat import autostart
+        from mpcompat.pickling import registry
         state = activation.state()
-        self.active, self.how, self.broken = state["active"], state["how"], state["broken"]
-        self.conflicts = list(state["conflicts"])
+        self.active, self.how, self.conflicts = state["active"], state["how"], state["conflicts"]
         self.autostart, self.autostart_line = autostart.environment()
-        self.reducers, self.builtin, self.patches = {}, set(), []
-        if self.broken:
-            return
-        registry = activation.load("mpcompat.pickling.registry")
-        manager = activation.load("mpcompat.patching.manager") if (
-            self.active or "mpcompat.patching.manager" in sys.modules) else None
-        if registry is not None:
-            self.reducers = dict(registry.registered())
-            builtins = activation.builtin_reducers()
-            self.builtin = {cls for cls, red in self.reducers.items()
-                            if builtins.get(cls) is red}
-        if manager is not None and not activation.state()["broken"]:
-            self.patches = [PatchStatus(st) for st in manager.states()]
-        elif not self.active:
-            from mpcompat import patches as patch_table
-            self.patches = [_InactiveRow(spec) for spec in patch_table.PATCHES]
-        state = activation.state()  # loading a broken part just now turns mpcompat off
-        self.active, self.how, self.broken = state["active"], state["how"], state["broken"]
+        self.reducers = dict(registry.registered())
+        builtins = activation.builtin_reducers()
+        self.builtin = {cls for cls, red in self.reducers.items() if builtins.get(cls) is red}
+        self.patches = [PatchStatus(st) for st in activation.ensure_armed().states()]
 
     @property
     def reason(self):
@@ -75,9 +61,6 @@ class Status(object):
 
     def __str__(self):
         lines = [self.headline(), "auto-activation at interpreter start: %s" % self.autostart_line]
-        if self.broken:
-            lines.append("reinstall mpcompat to fix this")
-            return "\n".join(lines)
         lines += ["", "reducers:"]
         if not self.reducers:
             lines.append("  (none%s)" % ("" if self.active else ": mpcompat is off"))
@@ -99,17 +82,6 @@ class Status(object):
     def __repr__(self):
         return "<mpcompat.Status active=%r reducers=%d patches=%s>" % (
             self.active, len(self.reducers), {p.name: p.state for p in self.patches})
-
-
-class _InactiveRow(object):
-    """A patch row while mpcompat is off and its patch manager was never loaded."""
-
-    def __init__(self, spec):
-        self.name, self.state, self.reason = spec.name, "inactive", "mpcompat is not active"
-        self.distribution, self.version = None, None
-        self.supported, self.needed, self.targets = spec.supported, spec.needed, spec.targets
-        self.summary = spec.summary
-        self.applications = 0
 
 
 def status():

@@ -8,6 +8,7 @@ raised (by any thread).
 """
 import faulthandler
 import importlib
+import importlib.machinery
 import json
 import os
 import random
@@ -25,6 +26,27 @@ def _record(message, category, filename, lineno, file=None, line=None):
 
 warnings.showwarning = _record
 warnings.simplefilter("always")
+
+# How many times each module's code ran, counted here, independently of mpcompat: a finder
+# just in front of the path finder counts every exec_module() of the loaders it finds (cv2 runs
+# twice: its package replaces itself with the extension module of the same name).
+code_runs = {}
+
+
+class _CountingFinder(object):
+    def find_spec(self, name, path=None, target=None):
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is not None and spec.loader is not None:
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                code_runs[name] = code_runs.get(name, 0) + 1
+                run(module)
+            spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(sys.meta_path.index(importlib.machinery.PathFinder), _CountingFinder())
 
 # collections/abc.py replaces itself in sys.modules; on Python 3.13 a thread that runs
 # "from collections.abc import Mapping" (selectors does) while another thread executes that file
@@ -71,10 +93,8 @@ def main(seed, targets):
         importlib.import_module(name)
     rows = {p.name: [p.state, p.applications, p.reason, list(p.targets)]
             for p in mpcompat.status().patches}
-    from mpcompat import patching as importhook
     # how many times each target's code ran (cv2 runs twice: its package replaces itself)
-    executions = {name: importhook._generation.get(name, 0)
-                  for row in rows.values() for name in row[3]}
+    executions = {name: code_runs.get(name, 0) for row in rows.values() for name in row[3]}
     print(json.dumps({"rows": rows, "warnings": caught, "errors": errors,
                       "imported_before": already, "modules": sorted(sys.modules),
                       "executions": executions}))

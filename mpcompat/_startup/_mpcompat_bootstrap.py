@@ -64,6 +64,11 @@ def _where(exc):
     return path[cut + 1:].replace(os.sep, "/") if cut >= 0 else None
 
 
+def _ours(obj):
+    name = obj if isinstance(obj, str) else getattr(obj, "__module__", None) or ""
+    return name == "mpcompat" or name.startswith("mpcompat.")
+
+
 def _fail(exc):
     global outcome
     reason = "%s: %s" % (type(exc).__name__, exc)
@@ -74,8 +79,14 @@ def _fail(exc):
         reason = reason.replace(char, " ")
     reason = reason[:300]
     outcome = "failed: " + reason
-    # No half-imported submodules stay behind: a later explicit import starts afresh.
-    for name in [n for n in sys.modules if n == "mpcompat" or n.startswith("mpcompat.")]:
+    # No half-activated mpcompat stays behind (its import hook, its reducers), nor half-imported
+    # submodules: a later explicit import starts afresh.
+    sys.meta_path[:] = [f for f in sys.meta_path if not _ours(type(f))]
+    import copyreg
+    for cls, reducer in list(copyreg.dispatch_table.items()):
+        if _ours(reducer):
+            del copyreg.dispatch_table[cls]
+    for name in [n for n in sys.modules if _ours(n)]:
         del sys.modules[name]
     if os.environ.get(FAILED_VAR):  # said already, by an ancestor process
         return

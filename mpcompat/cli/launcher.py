@@ -102,4 +102,7 @@ def default_start_method(method):
             if sys.stderr is not None:
                 sys.stderr.write("mpcompat run: could not make %r the default start method "
                                  "(%s: %s)\n" % (method, type(exc).__name__, exc))
-    importhook.watch("multiprocessing.context", apply)
+    if "multiprocessing.context" in sys.modules:
+        apply(sys.modules["multiprocessing.context"])
+    else:
+        importhook.watch("multiprocessing.context", apply)

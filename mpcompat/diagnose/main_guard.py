@@ -12,14 +12,12 @@ import ast
 import os
 import re
 import sys
-import threading
 
 __all__ = ["Binding", "Analysis", "analyze", "main_file", "guarded", "guarded_definitions",
            "advice", "explain_missing", "missing_advice", "explain_missing_attribute",
            "explain_guarded"]
 
-_lock = threading.Lock()
-_cache = {}  # path -> ((mtime_ns, size), Analysis or None)
+_cache = {}  # path -> ((mtime_ns, size), Analysis or None); a race only parses a file twice
 _DEFINITIONS = ("class", "function")
 # 3.8-3.13: "Can't get attribute 'X' on <module '__mp_main__' from '/path/script.py'>";
 # newer: "module '__mp_main__' has no attribute 'X'".
@@ -88,15 +86,13 @@ def analyze(path):
     except (OSError, TypeError, ValueError):
         return None
     key = (getattr(st, "st_mtime_ns", st.st_mtime), st.st_size)
-    with _lock:
-        hit = _cache.get(path)
+    hit = _cache.get(path)
     if hit is not None and hit[0] == key:
         return hit[1]
     result = _parse(path)
-    with _lock:
-        if len(_cache) > 64:
-            _cache.clear()
-        _cache[path] = (key, result)
+    if len(_cache) > 64:
+        _cache.clear()
+    _cache[path] = (key, result)
     return result
 
 

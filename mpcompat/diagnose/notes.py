@@ -11,7 +11,8 @@ Python 3.11+; on 3.8-3.10 the note is appended to the message where that is safe
 import sys
 import threading
 
-__all__ = ["add_note", "replace_notes", "own_message", "notes_of", "explanation_of", "pickling_failed", "bootstrap_failed"]
+__all__ = ["add_note", "replace_notes", "own_message", "notes_of", "explanation_of",
+           "pickling_failed", "bootstrap_failed"]
 
 PREFIX = "mpcompat: "
 _MARK = "_mpcompat_noted"
@@ -74,10 +75,11 @@ def replace_notes(exc, text):
 
 
 def own_message(exc):
-    """``str(exc)`` without the notes mpcompat added (Python 3.8-3.10 keep them in the message)."""
+    """``str(exc)`` without its notes (on Python 3.8-3.10 :func:`add_note` appends them to it)."""
     text = str(exc)
-    for note in notes_of(exc):
-        text = text.replace("\n" + note, "").replace(note, "")
+    for note in getattr(exc, "__notes__", None) or ():
+        if isinstance(note, str):
+            text = text.replace("\n" + note, "").replace(note, "")
     return text
 
 
@@ -260,16 +262,16 @@ def _describe_result(obj):
         return header, [("result", state.get("result"))], "result"
     if cls is tuple and len(obj) == 3 and type(obj[0]) is int and type(obj[1]) is int \
             and type(obj[2]) is tuple and len(obj[2]) == 2 and type(obj[2][0]) is bool:
-        found, func = _pool_worker_func()
-        if not found:
+        func = _pool_task()
+        if func is None:
             return None  # not sent by a Pool worker: a tuple like any other
         success, value = obj[2]
         if not success:
             return _EXCEPTION, [("exception", getattr(value, "exc", value))], "result"
         header = _RESULT
         pool = sys.modules.get("multiprocessing.pool")
-        if pool is not None and func is not None and func in (
-                getattr(pool, "mapstar", None), getattr(pool, "starmapstar", None)):
+        if pool is not None and func in (getattr(pool, "mapstar", None),
+                                         getattr(pool, "starmapstar", None)):
             header = ("The result of task %d of a Pool map could not be sent back to the main "
                       "process: pickling it failed (result[j] is the result for item j of the "
                       "chunk of the iterable this task carried)." % (obj[1],))
@@ -283,31 +285,24 @@ _EXCEPTION = ("The exception raised by a task could not be sent back to the main
               "pickling it failed.")
 
 
-def _worker_frame(module, name):
-    """The frame of function ``name`` of ``module`` that is running in this thread, or None."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code.co_name == name and frame.f_globals.get("__name__") == module:
-            return frame
-        frame = frame.f_back
-    return None
-
-
-def _pool_worker_func():
-    """``(True, func)`` inside a Pool worker's loop (func: the task's function), else
-    ``(False, None)``."""
-    frame = _worker_frame("multiprocessing.pool", "worker")
-    if frame is None:
-        return False, None
-    return True, frame.f_locals.get("func")
+def _pool_task():
+    """The function of the task this thread runs if it is a Pool worker, else None."""
+    # Read where the pool_workers patch keeps it, not imported: that module imports this one.
+    pool = sys.modules.get("mpcompat.patches.mp_pool_workers")
+    return getattr(getattr(pool, "this_thread", None), "task", None)
 
 
 def _executor_chunked():
     """Whether a ProcessPoolExecutor worker is sending back a chunk of ``map()``."""
-    frame = _worker_frame("concurrent.futures.process", "_process_worker")
-    item = frame.f_locals.get("call_item") if frame is not None else None
-    fn = getattr(item, "fn", None)
-    return getattr(getattr(fn, "func", None), "__name__", None) == "_process_chunk"
+    # A frame read: no patch of the executor's worker says which call it runs (none on 3.8).
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_process_worker" and \
+                frame.f_globals.get("__name__") == "concurrent.futures.process":
+            fn = getattr(getattr(frame.f_locals.get("call_item"), "fn", None), "func", None)
+            return getattr(fn, "__name__", None) == "_process_chunk"
+        frame = frame.f_back
+    return False
 
 
 def _bind(target, args, kwargs):
@@ -349,18 +344,19 @@ def bootstrap_failed(exc):
         if exc.__dict__.get(_MARK):
             return
         exc.__dict__[_MARK] = True
-        note = _bootstrap_note(sys._getframe(1))
+        note = _bootstrap_note()
         if note:
             add_note(exc, note)
     except Exception:
         pass
 
 
-def _bootstrap_note(frame):
+def _bootstrap_note():
     import linecache
     import os
     import textwrap
-    frames, outside = {"__main__": [], "__mp_main__": []}, None
+    # A frame read: the script's line that starts the process is in no state of multiprocessing.
+    frames, outside, frame = {"__main__": [], "__mp_main__": []}, None, sys._getframe(1)
     while frame is not None:
         name = frame.f_globals.get("__name__")
         if name in frames:

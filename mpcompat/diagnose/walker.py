@@ -199,10 +199,10 @@ def main_unimportable():
 
 def _guarded_names():
     """The classes and functions the main script defines only under its main guard."""
+    from mpcompat.diagnose.main_guard import guarded_definitions
     try:
-        from mpcompat.diagnose.main_guard import guarded_definitions
         return guarded_definitions()
-    except Exception:
+    except Exception:  # a main script that cannot be read or parsed: no names to give
         return ()
 
 

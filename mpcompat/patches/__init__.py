@@ -3,14 +3,14 @@ per patch (named by its row's ``impl``).
 
 Reading this table imports nothing: implementations are named by module path and imported
 only when their target module is imported. Each implementation module provides
-``apply(module)`` and ``revert(module)``, called once per target module (see
-``mpcompat/patches/__init__.py``), and may raise ``Skip`` to decline (with a warning) or
+``apply(module)`` and ``revert(module)``, called once per execution of a target module's code
+(see ``mpcompat.patching``), and may raise ``Skip`` to decline (with a warning) or
 ``NotNeeded`` (silently).
 """
 
 
 class PatchSpec(object):
-    """One declared patch (a plain record: a namedtuple costs start-up time).
+    """One declared patch, immutable (a plain record: a namedtuple costs start-up time).
 
     name: the name users see in status() and MPCOMPAT_DISABLED_PATCHES.
     targets: module names; the patch applies to each when it finishes importing.
@@ -34,9 +34,12 @@ class PatchSpec(object):
 
     def __init__(self, name, targets, distributions, supported, impl, summary, needed="",
                  needs_env=""):
-        self.name, self.targets, self.distributions = name, targets, distributions
-        self.supported, self.needed = supported, needed
-        self.impl, self.summary, self.needs_env = impl, summary, needs_env
+        for field, value in zip(self.__slots__, (name, tuple(targets), tuple(distributions),
+                                                 supported, needed, impl, summary, needs_env)):
+            object.__setattr__(self, field, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("a PatchSpec is immutable: a test uses a table of its own")
 
     def __repr__(self):
         return "PatchSpec(%r)" % self.name
@@ -211,18 +214,3 @@ PATCHES = (
                 "too long dumps the stacks of this process and its workers",
     ),
 )
-
-BY_NAME = {spec.name: spec for spec in PATCHES}
-
-
-def all_targets():
-    """The target modules of every declared patch (read from the table at each call)."""
-    return sorted({target for spec in PATCHES for target in spec.targets})
-
-
-def live_targets(environ):
-    """The target modules of the patches that can apply with ``environ``: a patch turned on by
-    an environment variable that is unset is left out, so its targets cost no callback."""
-    return sorted({target for spec in PATCHES
-                   if not spec.needs_env or environ.get(spec.needs_env, "").strip()
-                   for target in spec.targets})

@@ -116,13 +116,6 @@ def _wrap_as_completed(original, hang_watch):
     return as_completed
 
 
-def _targets(module):
-    future = module.__dict__.get("Future")
-    if not isinstance(future, type):
-        raise Skip("concurrent.futures._base has no Future class")
-    return future
-
-
 def apply(module):
     """Wrap ``Future.result``/``exception``, ``wait`` and ``as_completed`` of
     ``concurrent.futures._base``. "Not needed" when MPCOMPAT_HANG_DUMP is unset."""
@@ -130,7 +123,9 @@ def apply(module):
     # before this module is even imported); require() checks the value.
     from mpcompat.workers import hang_watch
     hang_watch.require()
-    future = _targets(module)
+    future = module.__dict__.get("Future")
+    if not isinstance(future, type):
+        raise Skip("concurrent.futures._base has no Future class")
     for owner, name in ((future, "result"), (future, "exception"), (module, "wait"),
                         (module, "as_completed")):
         if not callable(owner.__dict__.get(name)):

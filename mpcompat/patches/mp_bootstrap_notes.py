@@ -21,19 +21,22 @@ its parent can learn it.
      ``mpcompat.workers.child_failures.record`` for the parent.
    Where mpcompat was active before ``spawn._main`` started (a .pth file, ``mpcompat run``, a
    forkserver child), ``spawn._main`` is wrapped. Where the script's own ``import mpcompat``
-   activates it while ``spawn._main`` already runs, a chained ``sys.excepthook`` does the same
-   (``revert`` removes it if it is still the hook in place, and turns it off otherwise).
+   activates it while ``spawn._main`` already runs (the process is still "inheriting"), a
+   chained ``sys.excepthook`` does the same for an error that ends the process before
+   ``Process._bootstrap`` ran (``revert`` removes it if it is still the hook in place, and
+   turns it off otherwise). The step that failed is the one ``multiprocessing.failure_records``
+   saw ``spawn._main`` in.
 
 Nothing here runs on the normal path: the wrappers are one extra call per process start.
 """
 import functools
 import sys
 
+from mpcompat.patching.patcher import Patcher
 from mpcompat.patches import Skip
 
-_MARK = "_mpcompat_bootstrap_notes"
+patcher = Patcher()
 _DONE = "_mpcompat_start_failure"
-_MODULE = "multiprocessing.spawn"
 _hooks = []  # the excepthooks installed in this process (at most one is active)
 
 
@@ -51,7 +54,6 @@ def _wrap_check(original):
             except Exception:
                 pass
             raise
-    setattr(_check_not_importing_main, _MARK, True)
     return _check_not_importing_main
 
 
@@ -65,7 +67,6 @@ def _wrap_main(original):
         except Exception as exc:
             start_failed(exc)
             raise
-    setattr(_main, _MARK, True)
     return _main
 
 
@@ -84,8 +85,9 @@ def start_failed(exc):
     except Exception:
         pass
     try:
+        from mpcompat.patches.mp_failure_records import step
         from mpcompat.workers import child_failures
-        parent = child_failures.record(exc, what=_step(exc.__traceback__))
+        parent = child_failures.record(exc, what=step())
         from mpcompat.diagnose.notes import notes_of, replace_notes
         if parent is not None and notes_of(exc):
             # The parent names the cause and the fix once; this child's traceback (one of
@@ -96,34 +98,6 @@ def start_failed(exc):
         pass
 
 
-def _step(tb):
-    """What the child was doing when it failed, from the frames of ``multiprocessing.spawn``."""
-    step, main_path = None, None
-    while tb is not None:
-        frame = tb.tb_frame
-        if frame.f_globals.get("__name__") == _MODULE:
-            name = frame.f_code.co_name
-            if name in ("_fixup_main_from_path", "_fixup_main_from_name", "import_main_path"):
-                main_path = frame.f_locals.get("main_path") or frame.f_locals.get("mod_name")
-                step = "importing the main module%s as __mp_main__" % (
-                    " %s" % main_path if main_path else "")
-            elif name == "prepare" and step is None:
-                step = "preparing to run what its parent sent"
-            elif name == "_main" and step is None:
-                step = "unpickling the process object its parent sent"
-        tb = tb.tb_next
-    return step
-
-
-def _through_main(tb):
-    while tb is not None:
-        frame = tb.tb_frame
-        if frame.f_code.co_name == "_main" and frame.f_globals.get("__name__") == _MODULE:
-            return True
-        tb = tb.tb_next
-    return False
-
-
 class _ExceptHook(object):
     """A ``sys.excepthook`` that handles a start-up failure, then calls the previous hook."""
 
@@ -132,8 +106,9 @@ class _ExceptHook(object):
         self.active = True
 
     def __call__(self, etype, value, tb):
-        if self.active and isinstance(value, Exception) and _through_main(tb):
-            start_failed(value)
+        if self.active and isinstance(value, Exception) and \
+                sys.modules["multiprocessing.process"]._parent_process is None:
+            start_failed(value)  # before Process._bootstrap, which reports what it runs itself
         previous = self.previous or sys.__excepthook__
         return previous(etype, value, tb)
 
@@ -159,23 +134,16 @@ def _remove_hooks():
 def apply(module):
     """Hook ``_check_not_importing_main`` and ``_main`` of ``module`` (``multiprocessing.spawn``);
     in a child that is starting up right now, also install the excepthook."""
-    check = module.__dict__.get("_check_not_importing_main")
-    main = module.__dict__.get("_main")
-    if not callable(check) or not callable(main):
+    if not callable(module.__dict__.get("_check_not_importing_main")) or \
+            not callable(module.__dict__.get("_main")):
         raise Skip("multiprocessing.spawn has no _check_not_importing_main() or _main()")
-    if not getattr(check, _MARK, False):
-        module._check_not_importing_main = _wrap_check(check)
-    if not getattr(main, _MARK, False):
-        module._main = _wrap_main(main)
-    from mpcompat.patches.mp_failure_records import spawn_main_frame
-    if spawn_main_frame(module) is not None:
+    for name, wrap in (("_check_not_importing_main", _wrap_check), ("_main", _wrap_main)):
+        patcher.replace(module, name, wrap(patcher.original(module, name)))
+    if getattr(module.process.current_process(), "_inheriting", False):
         _install_hook()
 
 
 def revert(module):
     """Put back the original functions where ours are in place; remove the excepthook."""
-    for name in ("_check_not_importing_main", "_main"):
-        func = module.__dict__.get(name)
-        if getattr(func, _MARK, False):
-            setattr(module, name, func.__wrapped__)
+    patcher.restore(module)
     _remove_hooks()

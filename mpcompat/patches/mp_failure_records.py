@@ -6,7 +6,9 @@ to its parent (``mpcompat.workers.child_failures``), and the parent's word on a 
 - ``spawn.get_preparation_data`` adds the channel's address to what a spawn or forkserver child
   is sent first; the child's ``spawn.prepare`` hands it to ``child_failures`` before it imports
   the main module (where mpcompat activates only then, from the script's own ``import
-  mpcompat``, ``apply`` reads it from the running ``spawn._main``).
+  mpcompat``, ``apply`` reads it from the running ``spawn._main``). ``prepare`` and the import
+  of the main module (``_fixup_main_from_path``, ``_fixup_main_from_name``) also say what the
+  child is doing, the step its record names (:func:`step`).
 - ``BaseProcess.join``: a plain ``Process`` (one whose target is not a Pool's, an executor's or
   torch's worker: those name their workers' causes in their own errors) that exits non-zero
   after recording why is named once in the parent, as one ``MpcompatWarning`` per cause with
@@ -26,6 +28,17 @@ patcher = Patcher()
 # Targets whose owners name a dead worker's cause in their own error.
 _OWNED = ("multiprocessing.pool", "concurrent.futures.process", "torch.")
 _OWNED_MARK = "_mpcompat_owner_names_failures"
+_UNPICKLING = "unpickling the process object its parent sent"
+_IMPORTING = "importing the main module %s as __mp_main__"
+
+
+class _Child(object):
+    """What ``spawn._main`` is doing in this child: ``stage`` (see :func:`_staged`), and
+    ``importing``: the main module that was being imported when mpcompat came only with it."""
+    stage = importing = None
+
+
+_child = _Child()
 
 
 def _start(original):
@@ -65,9 +78,9 @@ def _name_cause(process, code):
         if record is None:
             return
         note = child_failures.describe([record], "Process %r" % process.name)
-        from mpcompat import activation
-        activation.warn(note[len(child_failures.PREFIX):],
-                        key=repr((record["error"], record["notes"], record["what"])))
+        from mpcompat.errors import warn
+        warn(note[len(child_failures.PREFIX):],
+             key=repr((record["error"], record["notes"], record["what"])))
     except Exception:
         pass
 
@@ -84,12 +97,29 @@ def _get_preparation_data(original):
     return get_preparation_data
 
 
-def _prepare(original):
-    @functools.wraps(original)
-    def prepare(data, *args, **kwargs):
-        _heard(data)
-        return original(data, *args, **kwargs)
-    return prepare
+def _staged(stage, hear=False):
+    """A wrapper of ``spawn.prepare`` (``hear``: it hands the parent's channel to
+    ``child_failures``) or of an import of the main module (``stage`` names it, ``%s``) that
+    sets ``_child.stage`` while it runs; an error leaves it set: the step that failed."""
+    def wrap(original):
+        @functools.wraps(original)
+        def staged(arg, *args, **kwargs):
+            if hear:
+                _heard(arg)
+            outer, _child.stage = _child.stage, stage % arg if "%s" in stage else stage
+            result = original(arg, *args, **kwargs)
+            _child.stage = outer
+            return result
+        return staged
+    return wrap
+
+
+def step():
+    """In a spawn or forkserver child failing in ``spawn._main``: what it was doing."""
+    # spawn makes the main module it imported __main__; it is not so while that import fails.
+    if _child.importing and sys.modules["__main__"].__name__ != "__mp_main__":
+        return _IMPORTING % _child.importing
+    return _child.stage or _UNPICKLING
 
 
 def _heard(data):
@@ -165,6 +195,7 @@ def _exit_status(pid, wait=1.0):
 def _main_line(path, main_guard):
     """The line of the main script, at module level and outside a main guard, that this thread
     runs now, or None."""
+    # A frame read: the script's line that starts processes is in no state of multiprocessing.
     frame, line = sys._getframe(1), None
     while frame is not None:
         if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__" \
@@ -177,20 +208,27 @@ def _main_line(path, main_guard):
     return line
 
 
-def spawn_main_frame(module):
-    """The frame of ``module._main`` when this thread runs it (mpcompat activated by the
-    script's own import while a spawn child imports it), else None."""
-    frame = sys._getframe(1)  # also used by mp_bootstrap_notes
-    while frame is not None:
-        if frame.f_code.co_name == "_main" and frame.f_globals is module.__dict__:
-            return frame
+def _joined_late(module):
+    """mpcompat came late into a spawn or forkserver child (with the script's own ``import
+    mpcompat``, or in the target): if ``spawn._main`` (``module``'s) runs, hand the parent's
+    channel to ``child_failures``, and note the main module being imported, if it is."""
+    # A frame read: the preparation data the parent sent is held by spawn._main's frame alone.
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_name != "_main" or
+                                 frame.f_globals is not module.__dict__):
         frame = frame.f_back
-    return None
+    if frame is None:
+        return  # a fork child, or a forkserver importing the main module (Python 3.14+)
+    _heard(frame.f_locals.get("preparation_data"))
+    main = sys.modules.get("__mp_main__")
+    if main is not None and main is not sys.modules.get("__main__"):  # runpy's, while it runs
+        _child.importing = getattr(main.__spec__, "name", None) or main.__file__
 
 
 def apply(module):
     """``multiprocessing.process``: wrap ``BaseProcess.start`` and ``join``.
-    ``multiprocessing.spawn``: wrap ``get_preparation_data`` and ``prepare``.
+    ``multiprocessing.spawn``: wrap ``get_preparation_data``, ``prepare`` and the import of the
+    main module.
     ``multiprocessing.forkserver``: wrap ``connect_to_new_process``."""
     if module.__name__ == "multiprocessing.forkserver":
         # popen_forkserver calls the module's alias of the one ForkServer's bound method.
@@ -202,11 +240,14 @@ def apply(module):
         patcher.replace(cls, "start", _start(patcher.original(cls, "start")))
         patcher.replace(cls, "join", _join(patcher.original(cls, "join")))
         return
-    for name, wrap in (("get_preparation_data", _get_preparation_data), ("prepare", _prepare)):
+    for name, wrap in (("get_preparation_data", _get_preparation_data),
+                       ("prepare", _staged("preparing to run what its parent sent", hear=True)),
+                       ("_fixup_main_from_path", _staged(_IMPORTING)),
+                       ("_fixup_main_from_name", _staged(_IMPORTING))):
         patcher.replace(module, name, wrap(patcher.original(module, name)))
-    frame = spawn_main_frame(module)
-    if frame is not None:
-        _heard(frame.f_locals.get("preparation_data"))
+    process = module.process
+    if getattr(process.current_process(), "_inheriting", False) or process.parent_process():
+        _joined_late(module)
 
 
 def revert(module):

@@ -11,15 +11,17 @@ pickled (see ``mpcompat.diagnose.notes``) and is re-raised unchanged otherwise:
 - ``ForkingPickler.dumps``: Connection.send and the Queue feeder thread call it (looked up on
   the class at each call): Pool tasks, ProcessPoolExecutor call items, Queue.put, Pipe.send.
 
-``ForkingPickler.dumps`` is on the hot path of every message, so the stock implementation is
-replaced by the same three lines inside a ``try`` (no extra call); anything else is wrapped.
+``ForkingPickler.dumps`` is on the hot path of every message, so the stock implementation (the
+function multiprocessing.reduction defines, wrapping nothing) is replaced by the same three
+lines inside a ``try`` (no extra call); anything else is wrapped.
 """
 import functools
 import io
 
+from mpcompat.patching.patcher import Patcher
 from mpcompat.patches import Skip
 
-_MARK = "_mpcompat_pickling_notes"
+patcher = Patcher()
 
 
 def _report(exc, obj, pickler, protocol, where):
@@ -38,20 +40,13 @@ def _wrap_dump(original, module):
         except Exception as exc:
             _report(exc, obj, module.ForkingPickler, protocol, "start")
             raise
-    setattr(dump, _MARK, True)
     return dump
 
 
-def _is_stock(func):
-    code = getattr(func, "__code__", None)
-    return (getattr(func, "__module__", None) == "multiprocessing.reduction"
-            and getattr(func, "__qualname__", None) == "ForkingPickler.dumps"
-            and code is not None and code.co_names == ("io", "BytesIO", "dump", "getbuffer"))
-
-
-def _make_dumps(original):
+def _make_dumps(original, module):
     func = original.__func__
-    if _is_stock(func):
+    name = getattr(func, "__module__", None), getattr(func, "__qualname__", None)
+    if name == (module.__name__, "ForkingPickler.dumps") and not hasattr(func, "__wrapped__"):
         def dumps(cls, obj, protocol=None):
             buf = io.BytesIO()
             try:
@@ -67,31 +62,19 @@ def _make_dumps(original):
             except Exception as exc:
                 _report(exc, obj, cls, protocol, "send")
                 raise
-    functools.update_wrapper(dumps, func)
-    setattr(dumps, _MARK, True)
-    dumps._mpcompat_original = original
-    return classmethod(dumps)
+    return classmethod(functools.wraps(func)(dumps))
 
 
 def apply(module):
     """Hook ``module.dump`` and ``module.ForkingPickler.dumps`` (``multiprocessing.reduction``)."""
-    dump = module.__dict__.get("dump")
     pickler = module.__dict__.get("ForkingPickler")
-    dumps = pickler.__dict__.get("dumps") if isinstance(pickler, type) else None
-    if not callable(dump) or not isinstance(dumps, classmethod):
+    if not callable(module.__dict__.get("dump")) or \
+            not isinstance(getattr(pickler, "__dict__", {}).get("dumps"), classmethod):
         raise Skip("multiprocessing.reduction has no dump() or ForkingPickler.dumps")
-    if not getattr(dump, _MARK, False):
-        module.dump = _wrap_dump(dump, module)
-    if not getattr(dumps.__func__, _MARK, False):
-        pickler.dumps = _make_dumps(dumps)
+    patcher.replace(module, "dump", _wrap_dump(patcher.original(module, "dump"), module))
+    patcher.replace(pickler, "dumps", _make_dumps(patcher.original(pickler, "dumps"), module))
 
 
 def revert(module):
     """Put back the original ``dump`` and ``ForkingPickler.dumps`` where ours are in place."""
-    dump = module.__dict__.get("dump")
-    if getattr(dump, _MARK, False):
-        module.dump = dump.__wrapped__
-    pickler = module.__dict__.get("ForkingPickler")
-    dumps = pickler.__dict__.get("dumps") if isinstance(pickler, type) else None
-    if isinstance(dumps, classmethod) and getattr(dumps.__func__, _MARK, False):
-        pickler.dumps = dumps.__func__._mpcompat_original
+    patcher.restore(module)

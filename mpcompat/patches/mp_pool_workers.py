@@ -52,9 +52,16 @@ _DEATH, _BREAK = 1, 2
 SLOT_ATTRIBUTE = "_mpcompat_slot"  # on a worker's Process object: (shared array, slot number)
 
 patcher = Patcher()
-_local = threading.local()  # .tracker, in the worker-handler thread of a process pool
-_trackers = {}              # id(pool result queue) -> _Tracker
-_trackers_lock = threading.Lock()
+_trackers = {}  # id(pool result queue) -> _Tracker, made in Pool.__init__
+
+
+class _Thread(threading.local):
+    """Per thread: ``tracker`` in a process pool's worker-handler thread (its pool's); ``task``
+    in a worker, the function of the task it runs (notes on its results name it)."""
+    tracker = task = None
+
+
+this_thread = _Thread()
 
 
 # --- the worker's side ----------------------------------------------------------------------
@@ -110,6 +117,7 @@ class _Tasks(object):
                 continue
             if task is not None:
                 self.what = TASK_STAGE
+                this_thread.task = task[2]
                 if self._slot is not None:
                     self._slot.took(task[0], task[1])
             return task
@@ -345,13 +353,13 @@ class _Tracker(object):
 
 def _tracker(outqueue, processes=None):
     """The tracker of the pool whose result queue is ``outqueue`` (made when ``processes`` is
-    given and there is none yet)."""
-    with _trackers_lock:
-        tracker = _trackers.get(id(outqueue))
-        if tracker is None and processes is not None:
-            tracker = _trackers[id(outqueue)] = _Tracker(outqueue, processes)
-            weakref.finalize(outqueue, _trackers.pop, id(outqueue), None)
-        return tracker
+    given and there is none yet: in the thread that runs ``Pool.__init__``, before the pool's
+    other threads start)."""
+    tracker = _trackers.get(id(outqueue))
+    if tracker is None and processes is not None:
+        tracker = _trackers[id(outqueue)] = _Tracker(outqueue, processes)
+        weakref.finalize(outqueue, _trackers.pop, id(outqueue), None)
+    return tracker
 
 
 def _fail_whole(cache, job, result, error):
@@ -458,6 +466,7 @@ def _hooks(module):
              "_join_exited_workers", "_get_worker_sentinels", "_terminate_pool")
     original = {name: patcher.original(Pool, name).__func__ for name in names}
     check_running = patcher.original(Pool, "_check_running")
+    map_async = patcher.original(Pool, "_map_async")
 
     @functools.wraps(original["_repopulate_pool_static"])
     def _repopulate_pool_static(ctx, Process, processes, pool, inqueue, outqueue, *args):
@@ -477,12 +486,12 @@ def _hooks(module):
         tracker = _tracker(outqueue)
         if tracker is not None:
             tracker.cache, tracker.workers, tracker.inqueue = weakref.ref(cache), pool, inqueue
-        _local.tracker = tracker
+        this_thread.tracker = tracker
         try:
             return original["_handle_workers"](cls, cache, taskqueue, ctx, Process, processes,
                                                pool, inqueue, outqueue, *args, **kwargs)
         finally:
-            _local.tracker = None
+            this_thread.tracker = None
 
     @functools.wraps(original["_handle_results"])
     def _handle_results(outqueue, get, cache):
@@ -494,7 +503,7 @@ def _hooks(module):
         return original["_handle_results"](outqueue, tracker.reader(reader), cache)
 
     def _watched(pool):
-        tracker = getattr(_local, "tracker", None)
+        tracker = this_thread.tracker
         return tracker if tracker is not None and tracker.workers is pool else None
 
     @functools.wraps(original["_join_exited_workers"])
@@ -511,10 +520,6 @@ def _hooks(module):
     @functools.wraps(original["_maintain_pool"])
     def _maintain_pool(ctx, Process, processes, pool, inqueue, *args, **kwargs):
         tracker = _watched(pool)
-        if tracker is not None and tracker.broken is not None:
-            module.Pool._join_exited_workers(pool)
-            _drain(inqueue)  # tasks already failed: keep the task handler from blocking
-            return None
         if tracker is not None and tracker.failures and \
                 any(w.exitcode is not None for w in list(pool)):
             time.sleep(tracker.backoff())  # no flood of workers that fail the same way
@@ -526,7 +531,10 @@ def _hooks(module):
         sentinels = original["_get_worker_sentinels"](workers)
         tracker = _watched(workers)
         if tracker is not None and tracker.broken is not None:
-            sentinels.append(tracker.inqueue._reader)  # wake up to drain what still comes
+            # Broken: no worker reads the tasks (their results failed), this thread does, so
+            # that the task handler never blocks on a full pipe; woken up by what still comes.
+            _drain(tracker.inqueue)
+            sentinels.append(tracker.inqueue._reader)
         return sentinels
 
     @functools.wraps(original["_terminate_pool"])
@@ -547,6 +555,14 @@ def _hooks(module):
                 tracker.outqueue() is self._outqueue:
             raise tracker.broken_error()
 
+    @functools.wraps(map_async)
+    def _map_async(self, *args, **kwargs):
+        try:
+            return map_async(self, *args, **kwargs)
+        except ZeroDivisionError:  # no worker left to size chunks by: broken since the check?
+            _check_running(self)
+            raise
+
     return {"_repopulate_pool_static": staticmethod(_repopulate_pool_static),
             "_handle_workers": classmethod(_handle_workers),
             "_handle_results": staticmethod(_handle_results),
@@ -554,7 +570,8 @@ def _hooks(module):
             "_join_exited_workers": staticmethod(_join_exited_workers),
             "_get_worker_sentinels": staticmethod(_get_worker_sentinels),
             "_terminate_pool": classmethod(_terminate_pool),
-            "_check_running": _check_running}
+            "_check_running": _check_running,
+            "_map_async": _map_async}
 
 
 def _drain(inqueue):
@@ -590,10 +607,8 @@ def _keeping_notes(original):
 def _showing_notes(original):
     @functools.wraps(original)
     def __str__(self):
-        from mpcompat.diagnose.notes import PREFIX
-        notes = [n for n in (self.__dict__.get("__notes__") or ())
-                 if isinstance(n, str) and n.startswith(PREFIX)]
-        return "\n".join([original(self)] + notes)
+        from mpcompat.diagnose.notes import notes_of
+        return "\n".join([original(self)] + notes_of(self))
     return __str__
 
 
@@ -608,8 +623,8 @@ def apply(module):
              "_get_worker_sentinels": staticmethod}
     if not callable(getattr(module, "worker", None)) or not isinstance(Pool, type) or not all(
             isinstance(Pool.__dict__.get(name), kind) for name, kind in kinds.items()) or \
-            "_check_running" not in Pool.__dict__ or not isinstance(encoding, type) or \
-            "__init__" not in encoding.__dict__:
+            "_check_running" not in Pool.__dict__ or "_map_async" not in Pool.__dict__ or \
+            not isinstance(encoding, type) or "__init__" not in encoding.__dict__:
         raise Skip("multiprocessing.pool lacks the worker, Pool or MaybeEncodingError parts "
                    "this patch hooks")
     patcher.replace(module, "worker", _make_worker(patcher.original(module, "worker")))

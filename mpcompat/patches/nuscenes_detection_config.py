@@ -12,21 +12,20 @@ left as it is. ``deserialize`` and both ``config_factory`` functions build confi
 ``__init__``, so they are covered too.
 """
 from mpcompat.patches import Skip
-from mpcompat.patching.method_wrappers import WrappedMethods
+from mpcompat.patching.patcher import Patcher
 
 _DICT_KEYS = type({}.keys())
-_wrapped = WrappedMethods()
+patcher = Patcher()
 
 
 def apply(module):
-    """Wrap ``module.DetectionConfig.__init__`` (once per class)."""
+    """Wrap ``module.DetectionConfig.__init__``."""
     cls = getattr(module, "DetectionConfig", None)
     if not isinstance(cls, type):
         raise Skip("%s has no DetectionConfig class" % module.__name__)
-    original = cls.__dict__.get("__init__")
-    if original is None:
+    if "__init__" not in cls.__dict__:
         raise Skip("DetectionConfig defines no __init__ of its own")
-    _wrapped.wrap(cls, "__init__", _init_wrapper)
+    patcher.wrap(cls, "__init__", _init_wrapper)
 
 
 def revert(module):
@@ -34,7 +33,7 @@ def revert(module):
 
     A class whose ``__init__`` someone else has replaced since keeps theirs.
     """
-    _wrapped.unwrap(module)
+    patcher.restore(module)
 
 
 def _init_wrapper(wrapped, instance, args, kwargs):

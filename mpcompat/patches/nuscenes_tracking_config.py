@@ -13,28 +13,25 @@ set there too), then restores the instance ``__dict__`` exactly. Because the pic
 mpcompat, this works in a child where mpcompat was never imported or is switched off.
 """
 from mpcompat.patches import Skip
+from mpcompat.patching.patcher import Patcher
 
 # Pickling hooks whose presence means the class pickles its own way: then we stay out.
 _OWN_PICKLING = ("__reduce_ex__", "__reduce__", "__getstate__", "__setstate__")
-# class -> our __reduce_ex__; per class because importlib.reload makes a new class.
-_patched = {}
+patcher = Patcher()
 
 
 def apply(module):
-    """Add ``__reduce_ex__`` to ``module.TrackingConfig`` (once per class)."""
+    """Add ``__reduce_ex__`` to ``module.TrackingConfig``."""
     cls = getattr(module, "TrackingConfig", None)
     if not isinstance(cls, type):
         raise Skip("%s has no TrackingConfig class" % module.__name__)
-    if cls in _patched:
-        return
-    own = [name for name in _OWN_PICKLING if name in cls.__dict__]
+    ours = patcher.applied()
+    own = [name for name in _OWN_PICKLING if name in cls.__dict__ and (cls, name) not in ours]
     if own:
         raise Skip("TrackingConfig defines %s itself" % ", ".join(own))
     if not callable(getattr(cls, "serialize", None)):
         raise Skip("TrackingConfig has no serialize() giving its __init__ arguments")
-    reduce_ex = _make_reduce_ex(cls)
-    _patched[cls] = reduce_ex
-    cls.__reduce_ex__ = reduce_ex
+    patcher.replace(cls, "__reduce_ex__", _make_reduce_ex(cls))
 
 
 def revert(module):
@@ -42,10 +39,7 @@ def revert(module):
 
     One that someone else has replaced since stays.
     """
-    for cls in [c for c in _patched if c.__module__ == module.__name__]:
-        reduce_ex = _patched.pop(cls)
-        if cls.__dict__.get("__reduce_ex__") is reduce_ex:
-            del cls.__reduce_ex__
+    patcher.restore(module)
 
 
 def _make_reduce_ex(owner):

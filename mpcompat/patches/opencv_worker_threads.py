@@ -34,7 +34,7 @@ def apply(module):
     from mpcompat.workers import started
     started.register(configure_worker)
     if not _state["hooked"] and hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=_after_fork_in_child)
+        os.register_at_fork(after_in_child=configure_worker)
         _state["hooked"] = True
     if _in_dataloader_worker():
         single_thread(module)
@@ -61,18 +61,11 @@ def single_thread(cv2):
 
 
 def configure_worker():
-    """In a DataLoader worker, before its ``worker_init_fn``: configure cv2 if it is imported
-    and the patch is applied."""
+    """In a DataLoader worker, before its ``worker_init_fn``, and in a forked child: configure
+    cv2 if it is imported and the patch is applied."""
     cv2 = sys.modules.get("cv2")
     if _state["active"] and cv2 is not None:
         single_thread(cv2)
-
-
-def _after_fork_in_child():
-    if _state["active"]:
-        cv2 = sys.modules.get("cv2")
-        if cv2 is not None:
-            single_thread(cv2)
 
 
 def _in_dataloader_worker():

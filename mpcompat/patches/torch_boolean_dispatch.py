@@ -15,17 +15,16 @@ keeps its identity and contents, and no function is wrapped. This is still neede
 functions made after activation (by torch itself, which imports ``torch._jit_internal`` first,
 by other libraries and by user code, including code that imported ``boolean_dispatch`` before
 mpcompat was active). Functions made before the patch applied are named when it applies.
-``revert`` puts the original qualnames and the dictionary's class back.
+Both changes go through the patcher (``Patcher.replace`` of ``__class__`` and of each
+``__qualname__``), so ``revert`` puts back those still ours.
 """
 import weakref
-from _thread import RLock
 
 from mpcompat.patches import Skip
+from mpcompat.patching.patcher import Patcher
 
-_lock = RLock()
-_TORCH_QUALNAME = "boolean_dispatch.<locals>.fn"
-_renamed = weakref.WeakKeyDictionary()  # function -> (original qualname, qualname we set)
-_tables = []  # the boolean_dispatched dictionaries whose class is switched
+_TARGET = "torch._jit_internal"
+patcher = Patcher()
 
 
 class _NamingTable(weakref.WeakKeyDictionary):
@@ -50,9 +49,7 @@ def name_at_birth(fn):
     if "<locals>" not in qualname or code is None or not isinstance(name, str) \
             or name == code.co_name or not name.isidentifier():
         return False  # named already, not a boolean_dispatch function, or no func_name given
-    with _lock:
-        fn.__qualname__ = name
-        _renamed[fn] = (qualname, name)
+    patcher.replace(fn, "__qualname__", name, _TARGET)
     return True
 
 
@@ -62,29 +59,18 @@ def apply(module):
     if not isinstance(table, weakref.WeakKeyDictionary):
         raise Skip("torch._jit_internal.boolean_dispatched is missing or not a "
                    "WeakKeyDictionary")
-    with _lock:
-        if type(table) is weakref.WeakKeyDictionary:
-            table.__class__ = _NamingTable
-            _tables.append(table)
-        for fn in list(table.keys()):
-            name_at_birth(fn)
+    if type(table) is weakref.WeakKeyDictionary:
+        patcher.replace(table, "__class__", _NamingTable, _TARGET)
+    for fn in list(table.keys()):
+        name_at_birth(fn)
 
 
 def revert(module):
-    """Put back every qualname this patch set (still ours) and the dictionary's class."""
-    with _lock:
-        for fn, (original, ours) in list(_renamed.items()):
-            if fn.__qualname__ == ours:
-                fn.__qualname__ = original
-        _renamed.clear()
-        for table in _tables:
-            if type(table) is _NamingTable:
-                table.__class__ = weakref.WeakKeyDictionary
-        del _tables[:]
+    """Put back the dictionary's class and every qualname this patch set, where still ours."""
+    patcher.restore(module)
 
 
 def renamed():
     """The functions this patch has named, each with ``(torch's qualname, the one it set)``."""
-    with _lock:
-        return dict(_renamed)
-
+    return {fn: (patcher.original(fn, name), fn.__qualname__)
+            for fn, name in patcher.applied() if name == "__qualname__"}

@@ -30,43 +30,34 @@ Two targets, two changes:
 import functools
 
 from mpcompat.patches import Skip
-from mpcompat.patching.method_wrappers import WrappedMethods
+from mpcompat.patching.patcher import Patcher
 
 WORKER = "torch.utils.data._utils.worker"
 LOADER = "torch.utils.data.dataloader"
-_MARK = "_mpcompat_dataloader_workers"
 _NOTED = "_mpcompat_workers_noted"
-_wrapped = WrappedMethods()
+patcher = Patcher()
 
 
 def apply(module):
     """Replace ``_worker_loop`` (worker module) or wrap ``_try_get_data`` (dataloader module)."""
     if module.__name__ == WORKER:
-        _apply_worker(module)
+        if not callable(module.__dict__.get("_worker_loop")):
+            raise Skip("%s has no _worker_loop()" % WORKER)
+        patcher.replace(module, "_worker_loop",
+                        _make_worker_loop(patcher.original(module, "_worker_loop")))
     elif module.__name__ == LOADER:
-        _apply_loader(module)
+        cls = getattr(module, "_MultiProcessingDataLoaderIter", None)
+        if "_try_get_data" not in getattr(cls, "__dict__", {}):
+            raise Skip("%s has no _MultiProcessingDataLoaderIter._try_get_data" % LOADER)
+        patcher.wrap(cls, "_try_get_data", _try_get_data_wrapper)
 
 
 def revert(module):
     """Put the originals back where ours are still in place."""
-    if module.__name__ == WORKER:
-        loop = module.__dict__.get("_worker_loop")
-        if getattr(loop, _MARK, False):
-            module._worker_loop = loop.__wrapped__
-    elif module.__name__ == LOADER:
-        _wrapped.unwrap(module)
+    patcher.restore(module)
 
 
 # --- in the worker ----------------------------------------------------------------------------
-
-def _apply_worker(module):
-    loop = module.__dict__.get("_worker_loop")
-    if not callable(loop):
-        raise Skip("%s has no _worker_loop()" % WORKER)
-    if getattr(loop, _MARK, False):
-        return
-    module._worker_loop = _make_worker_loop(loop)
-
 
 def _make_worker_loop(original):
     @functools.wraps(original)
@@ -76,7 +67,7 @@ def _make_worker_loop(original):
         except Exception:  # never keep a worker from running
             pass
         return original(*args, **kwargs)
-    setattr(_worker_loop, _MARK, True)
+    _worker_loop._mpcompat_dataloader_workers = True  # what tests look for in a worker
     return _worker_loop
 
 
@@ -172,14 +163,6 @@ def _report(exc, idx, data, worker_id, pickler):
 
 
 # --- in the main process ----------------------------------------------------------------------
-
-def _apply_loader(module):
-    cls = getattr(module, "_MultiProcessingDataLoaderIter", None)
-    original = cls.__dict__.get("_try_get_data") if isinstance(cls, type) else None
-    if original is None:
-        raise Skip("%s has no _MultiProcessingDataLoaderIter._try_get_data" % LOADER)
-    _wrapped.wrap(cls, "_try_get_data", _try_get_data_wrapper)
-
 
 def _try_get_data_wrapper(wrapped, instance, args, kwargs):
     """Call ``_try_get_data``; a "worker exited unexpectedly" error gains the worker's cause."""

@@ -13,6 +13,9 @@ initial seed and the state as bytes; plain ``pickle``, ``copy`` and ``torch.save
 torch's own ``__reduce__``.
 """
 from mpcompat.patches import Skip
+from mpcompat.patching.patcher import Patcher
+
+patcher = Patcher()
 
 
 def reduce_generator(gen):
@@ -27,27 +30,17 @@ def apply(module):
     cls = getattr(module, "Generator", None)
     if cls is None or not hasattr(cls, "get_state"):
         raise Skip("torch.Generator has no get_state")
-    ForkingPickler = _forking_pickler()
-    current = ForkingPickler._extra_reducers.get(cls)
-    if current is reduce_generator:
-        return
-    if current is not None:
-        raise Skip("ForkingPickler already has a reducer for torch.Generator: %r" % (current,))
-    ForkingPickler.register(cls, reduce_generator)
-
-
-def revert(module):
-    """Remove :func:`reduce_generator` from ForkingPickler if it is still the one there."""
-    cls = getattr(module, "Generator", None)
-    ForkingPickler = _forking_pickler()
-    if cls is not None and ForkingPickler._extra_reducers.get(cls) is reduce_generator:
-        del ForkingPickler._extra_reducers[cls]
-
-
-def _forking_pickler():
     # The package first: importing multiprocessing.reduction while another thread is still
     # initializing the multiprocessing package can deadlock inside CPython (they import each
     # other); importing the package waits for that thread instead.
     import multiprocessing  # noqa: F401
     from multiprocessing.reduction import ForkingPickler
-    return ForkingPickler
+    current = ForkingPickler._extra_reducers.get(cls, reduce_generator)
+    if current is not reduce_generator:
+        raise Skip("ForkingPickler already has a reducer for torch.Generator: %r" % (current,))
+    patcher.replace_item(ForkingPickler._extra_reducers, cls, reduce_generator, module.__name__)
+
+
+def revert(module):
+    """Remove :func:`reduce_generator` from ForkingPickler if it is still the one there."""
+    patcher.restore(module)

@@ -27,14 +27,13 @@ _added = []  # the rebuild functions this patch added (others' entries are never
 
 def apply(module):
     """Add the view rebuild functions missing from torch's safe globals."""
-    add = getattr(module, "add_safe_globals", None)
-    get = getattr(module, "get_safe_globals", None)
-    if add is None or get is None:
-        raise Skip("torch.serialization has no add_safe_globals/get_safe_globals (torch < 2.4)")
-    present = get()
+    unpickler = getattr(module, "_weights_only_unpickler", None)
+    if not hasattr(module, "get_safe_globals") or not hasattr(unpickler, "_remove_safe_globals"):
+        raise Skip("torch.serialization cannot add and remove safe globals (torch < 2.5)")
+    present = module.get_safe_globals()
     missing = [f for f in VIEW_REBUILDERS if not _listed(f, present)]
     if missing:
-        add(missing)
+        module.add_safe_globals(missing)
         _added.extend(f for f in missing if not _listed(f, _added))
 
 
@@ -42,18 +41,8 @@ def revert(module):
     """Remove from torch's safe globals the rebuild functions this patch added."""
     ours = list(_added)
     del _added[:]
-    if not ours:
-        return
-    import torch._weights_only_unpickler as unpickler
-    remove = getattr(unpickler, "_remove_safe_globals", None)
-    if remove is not None:
-        remove(ours)
-        return
-    # torch 2.4 has no remove: rebuild the list without ours, keeping everybody else's.
-    keep = [g for g in module.get_safe_globals() if not _listed(g, ours)]
-    module.clear_safe_globals()
-    if keep:
-        module.add_safe_globals(keep)
+    if ours:
+        module._weights_only_unpickler._remove_safe_globals(ours)
 
 
 def _listed(func, entries):

@@ -12,23 +12,22 @@ child has exited, gains a note with that cause and the fix. Exceptions of childr
 recorded nothing (killed by a signal, ``sys.exit(3)`` in ``fn``) are left as they are.
 """
 from mpcompat.patches import Skip
-from mpcompat.patching.method_wrappers import WrappedMethods
+from mpcompat.patching.patcher import Patcher
 
-_wrapped = WrappedMethods()
+patcher = Patcher()
 
 
 def apply(module):
-    """Wrap ``module.ProcessExitedException.__init__`` (once per class)."""
+    """Wrap ``module.ProcessExitedException.__init__``."""
     cls = getattr(module, "ProcessExitedException", None)
-    original = cls.__dict__.get("__init__") if isinstance(cls, type) else None
-    if original is None:
+    if "__init__" not in getattr(cls, "__dict__", {}):
         raise Skip("%s has no ProcessExitedException.__init__" % module.__name__)
-    _wrapped.wrap(cls, "__init__", _init_wrapper)
+    patcher.wrap(cls, "__init__", _init_wrapper)
 
 
 def revert(module):
     """Put back the original ``__init__`` where ours is still in place."""
-    _wrapped.unwrap(module)
+    patcher.restore(module)
 
 
 def _pid(msg, error_index, error_pid, *rest, **kwargs):

@@ -19,10 +19,10 @@ their identity; ``__wrapped__`` is the original):
 """
 from mpcompat.workers import hang_watch
 from mpcompat.patches import Skip
-from mpcompat.patching.method_wrappers import WrappedMethods
+from mpcompat.patching.patcher import Patcher
 
 NAME = "torch.stuck_waits"
-_wrapped = WrappedMethods()
+patcher = Patcher()
 
 
 def _describe_batch(it):
@@ -92,15 +92,14 @@ def apply(module):
         raise Skip("no stuck-wait hook for %s" % module.__name__)
     cls_name, name, wrapper = slot
     cls = module.__dict__.get(cls_name)
-    original = cls.__dict__.get(name) if isinstance(cls, type) else None
-    if not callable(original):
+    if not callable(getattr(cls, "__dict__", {}).get(name)):
         raise Skip("%s has no %s.%s" % (module.__name__, cls_name, name))
     hang_watch.arm_workers(NAME)
-    _wrapped.wrap(cls, name, wrapper)
+    patcher.wrap(cls, name, wrapper)
 
 
 def revert(module):
     """Put back the original method of each class patched in ``module`` where ours is still in
     place (a wrapper someone put on top of ours since is left alone)."""
     hang_watch.disarm_workers(NAME)
-    _wrapped.unwrap(module)
+    patcher.restore(module)

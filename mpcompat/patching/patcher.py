@@ -1,10 +1,11 @@
-"""The one way a patch changes a library: replace an attribute, remember the original, put it
-back later, and only where the replacement is still ours (gevent.monkey's saved originals).
+"""The one way a patch changes a library: replace an attribute (or a registry's item), remember
+the original, put it back later, and only where the replacement is still ours (gevent.monkey's
+saved originals).
 
-A patch module keeps one ``Patcher``; its ``apply(module)`` calls :meth:`Patcher.replace` or
-:meth:`Patcher.wrap`, and its ``revert(module)`` calls :meth:`Patcher.restore` with the same
-module. Replacements are grouped by the target module they were made for, so a patch with two
-targets reverts each one on its own.
+A patch module keeps one ``Patcher``; its ``apply(module)`` calls :meth:`Patcher.replace`,
+:meth:`Patcher.wrap` or :meth:`Patcher.replace_item`, and its ``revert(module)`` calls
+:meth:`Patcher.restore` with the same module. Replacements are grouped by the target module
+they were made for, so a patch with two targets reverts each one on its own.
 """
 from _thread import RLock
 
@@ -16,22 +17,22 @@ class Patcher(object):
 
     def __init__(self):
         self._lock = RLock()
-        self._records = {}  # (id(owner), name) -> [owner, name, original, new, target name]
+        self._records = {}  # (id(owner), name, item) -> [owner, name, item, original, new, target]
 
     def replace(self, owner, name, new, target=None):
         """Set ``owner.name`` to ``new`` (as stored in ``owner.__dict__``, so a ``classmethod``
         stays one) and remember what was there. Replacing what is already ours keeps the first
-        original. ``target``: the module the replacement belongs to (default: the owner's)."""
-        with self._lock:
-            key = (id(owner), name)
-            record = self._records.get(key)
-            if record is not None and _current(owner, name) is record[3]:
-                original = record[2]
-            else:
-                original = owner.__dict__.get(name, _ABSENT)
-            setattr(owner, name, new)
-            self._records[key] = [owner, name, original, new, target or _module_of(owner)]
-        return new
+        original. ``target``: the module the replacement belongs to (default: the owner's).
+        ``name`` may be one kept outside ``__dict__`` by a data descriptor: an object's
+        ``__class__`` (switched in place: the object keeps its identity and contents) or a
+        function's ``__qualname__``."""
+        return self._replace(owner, name, False, new, target or _module_of(owner))
+
+    def replace_item(self, mapping, key, value, target):
+        """Set ``mapping[key]`` to ``value`` (a registry such as
+        ``ForkingPickler._extra_reducers``) and remember what was there, as :meth:`replace`
+        does; ``target``: the name of the module the item belongs to."""
+        return self._replace(mapping, key, True, value, target)
 
     def wrap(self, owner, name, wrapper, target=None):
         """Replace ``owner.name`` with ``wrapt.FunctionWrapper(original, wrapper)``: the wrapper
@@ -44,10 +45,7 @@ class Patcher(object):
     def original(self, owner, name):
         """What ``owner.name`` was before this patcher replaced it (what it is, otherwise)."""
         with self._lock:
-            record = self._records.get((id(owner), name))
-            if record is not None and _current(owner, name) is record[3]:
-                return record[2] if record[2] is not _ABSENT else _inherited(owner, name)
-        value = owner.__dict__.get(name, _ABSENT)
+            value = self._original(owner, name, False)
         return value if value is not _ABSENT else _inherited(owner, name)
 
     def restore(self, module=None):
@@ -55,25 +53,54 @@ class Patcher(object):
         the replacement is still in place: what somebody set after us stays theirs."""
         name = getattr(module, "__name__", module)
         with self._lock:
-            for key, (owner, attr, original, new, target) in list(self._records.items()):
-                if name is not None and target != name:
-                    continue
-                del self._records[key]
-                if _current(owner, attr) is not new:
-                    continue
-                if original is _ABSENT:
-                    delattr(owner, attr)
-                else:
-                    setattr(owner, attr, original)
+            for key, (owner, attr, item, original, new, target) in list(self._records.items()):
+                if name is None or target == name:
+                    del self._records[key]
+                    if _get(owner, attr, item) is new:
+                        _put(owner, attr, item, original)
 
     def applied(self):
         """The ``(owner, name)`` pairs that hold a replacement of ours right now."""
         with self._lock:
-            return [(r[0], r[1]) for r in self._records.values() if _current(r[0], r[1]) is r[3]]
+            return [(owner, name) for owner, name, item, _, new, _ in self._records.values()
+                    if _get(owner, name, item) is new]
+
+    def _replace(self, owner, name, item, new, target):
+        with self._lock:
+            original = self._original(owner, name, item)
+            _put(owner, name, item, new)
+            self._records[(id(owner), name, item)] = [owner, name, item, original, new, target]
+        return new
+
+    def _original(self, owner, name, item):
+        """The first original while ours is in place, else what is there now."""
+        value = _get(owner, name, item)
+        record = self._records.get((id(owner), name, item))
+        return record[3] if record is not None and value is record[4] else value
 
 
-def _current(owner, name):
-    return owner.__dict__.get(name, _ABSENT)
+def _get(owner, name, item):
+    """``owner``'s own ``name`` (``_ABSENT`` when it has none): an item of a mapping, else the
+    entry of its ``__dict__``, else what a data descriptor of its type keeps (``__class__``)."""
+    if item:
+        return owner.get(name, _ABSENT)
+    value = getattr(owner, "__dict__", {}).get(name, _ABSENT)
+    if value is _ABSENT:
+        slot = next((k.__dict__[name] for k in type(owner).__mro__ if name in k.__dict__), None)
+        if hasattr(type(slot), "__set__"):
+            value = getattr(owner, name)
+    return value
+
+
+def _put(owner, name, item, value):
+    if item and value is _ABSENT:
+        del owner[name]
+    elif item:
+        owner[name] = value
+    elif value is _ABSENT:
+        delattr(owner, name)
+    else:
+        setattr(owner, name, value)
 
 
 def _inherited(owner, name):

@@ -139,26 +139,28 @@ def record(exc, what=None):
     Sends the exception's type and message, the mpcompat notes attached to it
     (``exc.__notes__``) and ``what`` (the step that failed, e.g. "unpickling the process object
     sent by its parent"). Returns the parent's pid once the record is on its way, None when
-    there is no parent to tell (not a multiprocessing child, no channel) or on a second call
-    for the same exception. Never raises, prints nothing.
+    there is no parent to tell (no channel reached this process from a parent) or on a second
+    call for the same exception. Never raises, prints nothing.
     """
     try:
-        if getattr(exc, "__dict__", {}).get(_MARK) or not _is_child(exc):
+        if getattr(exc, "__dict__", {}).get(_MARK):
             return None
         exc.__dict__[_MARK] = True
         owner, _, where = (_parent_address() or "").partition(":")
         if not where:
             return None
+        import json
+        import socket
+        import time
+        from mpcompat.diagnose.notes import notes_of
         data = {
             "pid": os.getpid(),
             "error": _clip(_error_text(exc), _MAX_ERROR),
-            "notes": [_clip(n, _MAX_NOTE) for n in _notes(exc)][:8],
+            "notes": [_clip(n, _MAX_NOTE) for n in notes_of(exc)][:8],
             "what": _clip(str(what), 300) if what else None,
-            "time": _now(),
+            "time": time.time(),
             "parent": os.getppid(),
         }
-        import json
-        import socket
         payload = json.dumps(data).encode("utf-8")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -172,56 +174,19 @@ def record(exc, what=None):
         return None
 
 
-def _is_child(exc):
-    """Whether this process is a multiprocessing child (started by spawn, forkserver or fork)."""
-    process = sys.modules.get("multiprocessing.process")
-    if process is None:
-        return False
-    if getattr(process, "_parent_process", None) is not None:  # after Process._bootstrap
-        return True
-    if getattr(process.current_process(), "_inheriting", False):  # inside spawn._main
-        return True
-    if sys.argv[-1:] == ["--multiprocessing-fork"]:  # a spawn child before prepare()
-        return True
-    # spawn._main has returned through the traceback (the excepthook of a spawn child)
-    tb = getattr(exc, "__traceback__", None)
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if code.co_name in ("_main", "spawn_main", "_serve_one") and \
-                tb.tb_frame.f_globals.get("__name__") in ("multiprocessing.spawn",
-                                                         "multiprocessing.forkserver"):
-            return True
-        tb = tb.tb_next
-    return False
-
-
 def _error_text(exc):
+    """``"Type: message"``, the message without the notes 3.8-3.10 append to it."""
+    from mpcompat.diagnose.notes import own_message
     try:
-        text = str(exc)
+        text = own_message(exc).strip()
     except Exception:
         text = "<unprintable>"
-    # The message part only: on 3.8-3.10 notes may have been appended to it.
-    notes = [n for n in getattr(exc, "__notes__", None) or () if isinstance(n, str)]
-    for note in reversed(notes):
-        if text.endswith("\n" + note):
-            text = text[:-len(note) - 1]
-    text = text.strip()
     name = type(exc).__name__
     return "%s: %s" % (name, text) if text else name
 
 
-def _notes(exc):
-    notes = getattr(exc, "__notes__", None) or ()
-    return [n for n in notes if isinstance(n, str) and n.startswith(PREFIX)]
-
-
 def _clip(text, size):
     return text if len(text) <= size else text[:size - 3] + "..."
-
-
-def _now():
-    import time
-    return time.time()
 
 
 # --- the parent side ---------------------------------------------------------------------------

@@ -105,10 +105,10 @@ def seconds():
     except ValueError:
         value = None
     if value is None or not 0 < value < float("inf"):
-        from mpcompat import activation
-        activation.warn("%s=%r is not a number of seconds: expected a positive number, e.g. "
-                        "%s=300 to dump the stacks of a wait that lasts 300 s without "
-                        "progress; stuck-wait dumps stay off" % (VAR, raw, VAR))
+        from mpcompat.errors import warn
+        warn("%s=%r is not a number of seconds: expected a positive number, e.g. "
+             "%s=300 to dump the stacks of a wait that lasts 300 s without "
+             "progress; stuck-wait dumps stay off" % (VAR, raw, VAR))
         return None
     return value
 

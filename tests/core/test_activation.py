@@ -1,8 +1,10 @@
 """Activation: ``import mpcompat`` activates; activate()/deactivate() do and undo exactly;
 MPCOMPAT_DISABLE; what the import loads; status() and ``python -m mpcompat status``."""
 import copyreg
+import os
 import pickle
 import random
+import shutil
 import subprocess
 import sys
 import threading
@@ -410,8 +412,9 @@ def test_status_names_the_start_up_file_this_python_runs(tmp_path):
     """Python 3.15 runs ``mpcompat.start`` and ignores the import line of ``mpcompat.pth``;
     before 3.15 only the .pth exists for it."""
     from mpcompat import autostart
-    (tmp_path / autostart.PTH_NAME).write_text(autostart.ENABLED[autostart.PTH_NAME])
+    startup = os.path.join(REPO, "mpcompat", "_startup")
+    shutil.copy(os.path.join(startup, autostart.PTH_NAME), str(tmp_path))
     assert autostart.hook_file(str(tmp_path)) == str(tmp_path / autostart.PTH_NAME)
-    (tmp_path / autostart.START_NAME).write_text(autostart.ENABLED[autostart.START_NAME])
+    shutil.copy(os.path.join(startup, autostart.START_NAME), str(tmp_path))
     expected = autostart.START_NAME if sys.version_info >= (3, 15) else autostart.PTH_NAME
     assert autostart.hook_file(str(tmp_path)) == str(tmp_path / expected)

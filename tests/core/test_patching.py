@@ -32,15 +32,17 @@ def _pytest_version():
 
 @pytest.fixture
 def add_patch(monkeypatch):
-    """Return ``add(name, **fields)``, which appends a PatchSpec to mpcompat's patch_table.
+    """Return ``add(name, **fields)``, which adds a PatchSpec to a table of the test's own.
 
-    Afterwards the table, the environment, the patchkit targets and mpcompat's activation are
-    put back as they were.
+    mpcompat is deactivated first: the table is read when activate() is called (the test
+    calls it). Afterwards the table, the environment, the patchkit targets and mpcompat's
+    activation are put back as they were.
     """
     was_active = mpcompat.is_active()
-    saved = patch_table.PATCHES
+    mpcompat.deactivate()
     monkeypatch.delenv("MPCOMPAT_DISABLED_PATCHES", raising=False)
     monkeypatch.setenv("MPCOMPAT_WARNED", "")  # each test starts a fresh "process tree"
+    monkeypatch.setattr(patch_table, "PATCHES", patch_table.PATCHES)
     _drop_targets()
 
     def add(name, target=ALPHA, impl="patchkit.good", distributions=(), supported=""):
@@ -51,7 +53,6 @@ def add_patch(monkeypatch):
         return spec
     yield add
     mpcompat.deactivate()
-    patch_table.PATCHES = saved
     monkeypatch.undo()
     _drop_targets()
     if was_active:
@@ -100,6 +101,14 @@ def test_versions_are_read_leniently():
         versions.in_range("1.0", spec.supported)
 
 
+def test_the_table_is_immutable():
+    spec = patch_table.PATCHES[0]
+    assert isinstance(patch_table.PATCHES, tuple) and isinstance(spec.targets, tuple)
+    with pytest.raises(AttributeError, match="immutable"):
+        spec.supported = ""
+    assert spec.supported == ">=1.9,<2.14"
+
+
 def test_reading_the_table_imports_nothing():
     code = """
 import sys
@@ -139,6 +148,35 @@ def test_target_imported_before_activation_is_patched_at_once(add_patch):
     mpcompat.activate()
     assert target.answer() == 42
     assert _rows()["test.good"].state == "applied"
+
+
+def test_activate_while_another_thread_imports_the_target_patches_it_once_finished(add_patch):
+    import threading
+    import time
+    from patchkit import gate, good
+    name = "patchkit.gated_target"
+    sys.modules.pop(name, None)
+    gate.started.clear()
+    gate.release.clear()
+    importer = threading.Thread(target=_import, args=(name,))
+    importer.start()
+    try:
+        assert gate.started.wait(10)
+        add_patch("test.gated", target=name)
+        mpcompat.activate()  # the target is half-imported: never patched before it has run
+        assert name not in good.CALLS
+    finally:
+        gate.release.set()
+        importer.join(10)
+    target = sys.modules[name]
+    deadline = time.monotonic() + 10
+    while target.answer() != 42 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert target.answer() == 42 and good.CALLS.count(name) == 1
+    assert _rows()["test.gated"].state == "applied"
+    mpcompat.deactivate()
+    assert target.answer() == 41
+    sys.modules.pop(name, None)
 
 
 def test_patches_are_idempotent_and_reversible(add_patch):

@@ -20,7 +20,7 @@ import mpcompat
 import workers
 from testenv import LOCAL_OBJECT_ERROR, child_env
 from mpcompat.diagnose.notes import add_note, notes_of
-from mpcompat.patches import BY_NAME
+from mpcompat.patches import PATCHES, mp_pickling_notes
 
 NOTES = "multiprocessing.pickling_notes"
 BOOTSTRAP = "multiprocessing.bootstrap_notes"
@@ -50,14 +50,16 @@ def start_error(process):
 def test_hooks_are_declared_patches_and_reversible(restore_mpcompat):
     import multiprocessing.spawn as spawn
     for name in (NOTES, BOOTSTRAP):
-        spec = BY_NAME[name]
+        spec = {s.name: s for s in PATCHES}[name]
         assert spec.distributions == () and spec.supported == ">=3.8,<3.16"
     mpcompat.activate()
     states = {p.name: p.state for p in mpcompat.status().patches}
     assert states[NOTES] == states[BOOTSTRAP] == "applied"
     dump, dumps = reduction.dump, reduction.ForkingPickler.__dict__["dumps"]
     check = spawn._check_not_importing_main
-    original_dump, original_dumps = dump.__wrapped__, dumps.__func__._mpcompat_original
+    original_dump = dump.__wrapped__
+    original_dumps = mp_pickling_notes.patcher.original(reduction.ForkingPickler, "dumps")
+    assert original_dumps is not dumps
     original_check = check.__wrapped__
     assert original_dump.__module__ == "multiprocessing.reduction"
     mpcompat.deactivate()
@@ -69,14 +71,16 @@ def test_hooks_are_declared_patches_and_reversible(restore_mpcompat):
     assert {p.name: p.state for p in mpcompat.status().patches}[NOTES] == "disabled"
     mpcompat.activate()
     assert reduction.dump.__wrapped__ is original_dump
-    assert reduction.ForkingPickler.__dict__["dumps"].__func__._mpcompat_original \
+    assert reduction.ForkingPickler.__dict__["dumps"] is not original_dumps
+    assert mp_pickling_notes.patcher.original(reduction.ForkingPickler, "dumps") \
         is original_dumps
 
 
 def test_nothing_changes_when_pickling_succeeds(spawn_pool):
     obj = {"numbers": list(range(20)), "function": w.add, "point": w.Point(1, 2)}
     hooked = reduction.ForkingPickler.__dict__["dumps"]
-    original = hooked.__func__._mpcompat_original
+    original = mp_pickling_notes.patcher.original(reduction.ForkingPickler, "dumps")
+    assert original is not hooked
     assert bytes(reduction.ForkingPickler.dumps(obj)) == \
         bytes(original.__func__(reduction.ForkingPickler, obj))
     assert spawn_pool.apply(workers.echo, (obj,)) == obj

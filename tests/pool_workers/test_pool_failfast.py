@@ -320,7 +320,7 @@ def test_patch_is_declared_applied_and_reversible(restore_mpcompat):
     pool_module = multiprocessing.pool
     Pool = pool_module.Pool
     names = ("_handle_workers", "_handle_results", "_maintain_pool", "_join_exited_workers",
-             "_get_worker_sentinels", "_check_running")
+             "_get_worker_sentinels", "_check_running", "_map_async")
     mpcompat.activate()
     states = {p.name: p.state for p in mpcompat.status().patches}
     assert states[PATCH] == "applied"
