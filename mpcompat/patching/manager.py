@@ -191,9 +191,10 @@ def _read_version(st):
 
 def _judge(st):
     """Return ``(state, reason, warning)``: what the version says (APPLIED: go ahead)."""
-    if st.verdict is None:
-        st.verdict = _verdict(st)
-    return st.verdict
+    verdict = st.verdict  # (another thread may re-arm, and reset it, meanwhile)
+    if verdict is None:
+        verdict = st.verdict = _verdict(st)
+    return verdict
 
 
 def _verdict(st):

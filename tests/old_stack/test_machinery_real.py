@@ -13,10 +13,21 @@ _SCRIPT = """
 import importlib, json, warnings
 import mpcompat
 from mpcompat import patches as patch_table
-specs = {s.name: s for s in patch_table.PATCHES}
-det, trk = specs["nuscenes.detection_config"], specs["nuscenes.tracking_config"]
-saved = det.supported, trk.impl
-det.supported, trk.impl = ">=99", "patchkit.raising"   # out of range; a patch that raises
+saved = patch_table.PATCHES
+
+
+def changed(spec, **fields):  # the table is immutable: a table of the test's own, re-read
+    values = {k: getattr(spec, k) for k in type(spec).__slots__}
+    values.update(fields)
+    return type(spec)(**values)
+
+
+patch_table.PATCHES = tuple(
+    changed(s, supported=">=99") if s.name == "nuscenes.detection_config"  # out of range
+    else changed(s, impl="patchkit.raising") if s.name == "nuscenes.tracking_config"  # raises
+    else s for s in saved)
+mpcompat.deactivate()
+mpcompat.activate()
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     from nuscenes.eval.common.config import config_factory
@@ -32,7 +43,7 @@ out = {"warnings": [str(w.message) for w in caught
                   if p.name.startswith("nuscenes.")}}
 
 mpcompat.deactivate()
-det.supported, trk.impl = saved
+patch_table.PATCHES = saved
 mpcompat.activate()   # the devkit is imported already: patched at once
 out["reactivated"] = type(config_factory("detection_cvpr_2019").class_names).__name__
 old = data_classes.DetectionConfig
