@@ -5,28 +5,15 @@ pickle, and known library bugs are patched when those libraries are imported.
 """
 __version__ = "0.1.0"
 
-__all__ = [
-    "activate", "deactivate", "is_active", "status",
-    "register", "unregister", "registered", "registering", "reducer",
-    "explain", "assert_picklable", "per_process",
-    "MpcompatWarning", "PatchUnavailable", "BrokenPool", "WorkerLostError",
-]
-
 # Loaded on first use (PEP 562), so that activation stays cheap.
-_LAZY = {
-    "register": "mpcompat.pickling.registry",
-    "unregister": "mpcompat.pickling.registry",
-    "registered": "mpcompat.pickling.registry",
-    "registering": "mpcompat.pickling.registry",
-    "reducer": "mpcompat.pickling.registry",
-    "explain": "mpcompat.diagnose",
-    "assert_picklable": "mpcompat.diagnose",
-    "per_process": "mpcompat.pickling.per_process",
-    "MpcompatWarning": "mpcompat.errors",
-    "PatchUnavailable": "mpcompat.errors",
-    "BrokenPool": "mpcompat.errors",
-    "WorkerLostError": "mpcompat.errors",
-}
+_LAZY = {name: module for module, names in (
+    ("mpcompat.pickling.registry", "register unregister registered registering reducer"),
+    ("mpcompat.diagnose", "explain assert_picklable"),
+    ("mpcompat.pickling.per_process", "per_process"),
+    ("mpcompat.errors", "MpcompatWarning PatchUnavailable BrokenPool WorkerLostError"),
+) for name in names.split()}
+
+__all__ = ["activate", "deactivate", "is_active", "status"] + list(_LAZY)
 
 
 def __getattr__(name):
@@ -42,10 +29,7 @@ def __dir__():
 
 
 def status():
-    """Return a report of what mpcompat does in this process; ``str()`` of it reads well.
-
-    See :class:`mpcompat.report.Status`.
-    """
+    """Return a :class:`mpcompat.report.Status` of this process; ``str()`` of it reads well."""
     from mpcompat.report import Status
     return Status()
 

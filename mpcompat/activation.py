@@ -1,31 +1,22 @@
 """Activation: mpcompat's built-in reducers plus the library patches, switched as one.
 
-``activate()`` registers the dict-view and module reducers and arms the patches;
-``deactivate()`` undoes exactly that (copyreg is left as activation found it; reducers that
-users registered themselves stay). Both are idempotent, and serialized by one lock.
-
-Activation runs in every interpreter and worker, so it does almost nothing itself: it watches
-``copyreg`` (the reducers are registered when it is imported: nothing can pickle before) and
-the target modules of the patch table. The patch manager is loaded when the first target is
-imported, or at once when activate() finds targets imported already.
-
-A broken install is the start-up hook's to report (``_mpcompat_bootstrap``): inside the
-package, an import error is an error, and a patch that cannot load is "failed" in status().
+Activation runs in every process, so it only watches ``copyreg`` (the reducers are registered
+when it is imported) and the patch targets (the patch manager loads with the first one). A
+broken install is the start-up hook's to report (``_mpcompat_bootstrap``), not this module's.
 """
 import os
 import sys
 from _thread import RLock
 
-_TRUE = ("1", "true", "yes", "on")
 _lock = RLock()
 _state = {"active": False, "how": "not activated yet", "conflicts": []}
-_config = {"table": (), "wanted": frozenset(), "disabled_by": None, "armed": False}
+_config = {"watched": frozenset(), "arm": None}  # arm: manager.arm()'s arguments, till called
 _registered = {}  # the built-in reducers activation registered: {type: reducer}
 
 
 def env_disabled():
     """Whether ``MPCOMPAT_DISABLE`` asks for mpcompat to stay off in this process tree."""
-    return os.environ.get("MPCOMPAT_DISABLE", "").strip().lower() in _TRUE
+    return os.environ.get("MPCOMPAT_DISABLE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def builtin_reducers():
@@ -40,11 +31,8 @@ def _normalize(name):
 
 
 def _parse_names(value, what, known, strict=True):
-    """Turn a comma-separated string, ``"*"`` or an iterable into a set of known patch names.
-
-    Unknown names raise ``ValueError`` (``strict``) or are returned as the second item of
-    ``(names, unknown)``.
-    """
+    """Turn a comma-separated string, ``"*"`` or an iterable into a set of known patch names;
+    unknown names raise ValueError (``strict``), else are ignored with a warning."""
     if isinstance(value, str):
         value = value.split(",")
     by_norm = {_normalize(n): n for n in known}
@@ -52,29 +40,32 @@ def _parse_names(value, what, known, strict=True):
     for raw in value or ():
         if not isinstance(raw, str):
             raise TypeError("%s: patch names are strings, got %r" % (what, raw))
-        if raw.strip() == "*":
+        norm = _normalize(raw)
+        if norm == "*":
             names.update(known)
-        elif _normalize(raw) in by_norm:
-            names.add(by_norm[_normalize(raw)])
-        elif raw.strip():
+        elif norm in by_norm:
+            names.add(by_norm[norm])
+        elif norm:
             unknown.append(raw.strip())
-    if unknown and strict:
-        raise ValueError("%s: unknown patch name(s) %s; known: %s%s" % (
-            what, ", ".join(map(repr, unknown)), ", ".join(sorted(known)),
-            _suggestions(unknown, known)))
-    return names if strict else (names, unknown)
+    if not unknown:
+        return names
+    message = "%s: unknown patch name(s) %s" % (what, ", ".join(map(repr, unknown)))
+    if strict:
+        raise ValueError("%s; known: %s%s" % (message, ", ".join(sorted(known)),
+                                              _suggestions(unknown, by_norm)))
+    from mpcompat.errors import warn  # a typo in the variable must not turn mpcompat off
+    warn("%s ignored%s; known: %s" % (message, _suggestions(unknown, by_norm), ", ".join(known)))
+    return names
 
 
-def _suggestions(unknown, known):
+def _suggestions(unknown, by_norm):
     import difflib
     hints = []
     for name in unknown:
-        close = difflib.get_close_matches(_normalize(name), [_normalize(k) for k in known], 1,
-                                          0.6)
+        close = difflib.get_close_matches(_normalize(name), list(by_norm), 1, 0.6)
         if close:
-            match = [k for k in known if _normalize(k) == close[0]][0]
-            hints.append("did you mean %s (for %r)?" % (match, name) if len(unknown) > 1
-                         else "did you mean %s?" % match)
+            hints.append("did you mean %s (for %r)?" % (by_norm[close[0]], name)
+                         if len(unknown) > 1 else "did you mean %s?" % by_norm[close[0]])
     return " (%s)" % "; ".join(hints) if hints else ""
 
 
@@ -95,31 +86,27 @@ def _activate(patches, disabled_patches, how):
     known = [spec.name for spec in table]
     requested = set(known) if patches is None else _parse_names(patches, "patches", known)
     if disabled_patches is None:
-        raw = os.environ.get("MPCOMPAT_DISABLED_PATCHES", "")
-        disabled, unknown = _parse_names(raw, "MPCOMPAT_DISABLED_PATCHES", known, strict=False)
+        disabled = _parse_names(os.environ.get("MPCOMPAT_DISABLED_PATCHES", ""),
+                                "MPCOMPAT_DISABLED_PATCHES", known, strict=False)
         disabled_by = "disabled by MPCOMPAT_DISABLED_PATCHES"
-        if unknown:  # a typo there must not turn all of mpcompat off: say it, keep the rest
-            from mpcompat.errors import warn
-            warn("MPCOMPAT_DISABLED_PATCHES: unknown patch name(s) %s ignored%s; known: %s"
-                 % (", ".join(map(repr, unknown)), _suggestions(unknown, known),
-                    ", ".join(known)))
     else:
         disabled = _parse_names(disabled_patches, "disabled_patches", known)
         disabled_by = "disabled by activate(disabled_patches=...)"
     live = {t for spec in table for t in spec.targets
             if not spec.needs_env or os.environ.get(spec.needs_env, "").strip()}
     with _lock:
-        _config.update(table=table, wanted=frozenset(requested - disabled),
-                       disabled_by=disabled_by if disabled else None, armed=False)
+        _config["arm"] = (table, frozenset(requested - disabled),
+                          disabled_by if disabled else None)
         _state.update(active=True, how=how)
         if "copyreg" in sys.modules:
             _register_builtins()
         else:
             importhook.watch("copyreg", _on_copyreg)
-        for target in {t for spec in table for t in spec.targets} - live:
+        for target in _config["watched"] - live:
             importhook.unwatch(target, _on_target)
         for target in live:
             importhook.watch(target, _on_target)
+        _config["watched"] = live
         if patches is None and "mpcompat.patching.manager" not in sys.modules \
                 and not any(t in sys.modules for t in live):
             return  # the manager loads, and arms the patches, when a target is imported
@@ -133,17 +120,16 @@ def _activate(patches, disabled_patches, how):
 
 def _arm(manager):
     """Arm the patches as configured (caller holds the lock): see manager.arm()."""
-    _config["armed"] = True
-    return manager.arm(_config["table"], _config["wanted"], _config["disabled_by"])
+    args, _config["arm"] = _config["arm"], None
+    return manager.arm(*args)
 
 
 def ensure_armed():
-    """Arm the patches if mpcompat is active and no target was imported yet; return the patch
-    manager (for the first target's import, and for status())."""
+    """Arm the patches if mpcompat is active and not armed yet; return the patch manager."""
     from mpcompat.patching import manager
-    if not _config["armed"]:
+    if _config["arm"] is not None:
         with _lock:  # bookkeeping only: nothing is imported or applied while it is held
-            if not _config["armed"] and _state["active"]:
+            if _config["arm"] is not None:
                 _arm(manager)  # nothing is applied yet: nothing to undo
     return manager
 
@@ -168,18 +154,17 @@ def _register_builtins():
         except ValueError as exc:
             conflicts.append("%s.%s" % (cls.__module__, cls.__qualname__))
             from mpcompat.errors import warn
-            warn("left %s.%s alone: %s" % (cls.__module__, cls.__qualname__, exc))
+            warn("left %s alone: %s" % (conflicts[-1], exc))
     _state["conflicts"] = conflicts
 
 
 def _on_target(module):
     """The one callback for every patch target: hand the module to the patch manager."""
-    if not _state["active"]:
-        return
-    try:
-        ensure_armed().on_module(module)
-    except Exception as exc:  # the user's import goes on; the failure is said, not dropped
-        _warn_failure("%s is not patched" % module.__name__, exc)
+    if _state["active"]:
+        try:
+            ensure_armed().on_module(module)
+        except Exception as exc:  # the user's import goes on; the failure is said, not dropped
+            _warn_failure("%s is not patched" % module.__name__, exc)
 
 
 def _warn_failure(what, exc):
@@ -191,17 +176,14 @@ def _warn_failure(what, exc):
 def deactivate():
     """Undo :func:`activate`: revert every patch and remove the built-in reducers."""
     from mpcompat import patching as importhook
-    undo = []
     with _lock:
-        for spec in _config["table"]:
-            for target in spec.targets:
-                importhook.unwatch(target, _on_target)
+        for target in _config["watched"]:
+            importhook.unwatch(target, _on_target)
         importhook.unwatch("copyreg", _on_copyreg)
         _state.update(active=False, how="deactivated by mpcompat.deactivate()", conflicts=[])
-        _config["armed"] = False
+        _config.update(watched=frozenset(), arm=None)
         manager = sys.modules.get("mpcompat.patching.manager")
-        if manager is not None:
-            undo = manager.disarm_all()
+        undo = manager.disarm_all() if manager is not None else []
         if _registered:
             from mpcompat.pickling import registry
             for cls, reducer in list(_registered.items()):

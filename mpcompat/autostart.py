@@ -1,17 +1,17 @@
 """Auto-activation at interpreter start: where its hook is, whether it is on, what it did here.
 
-A wheel install puts ``mpcompat.pth`` (and, for Python 3.15+, ``mpcompat.start``) in
-site-packages, both calling the top-level ``_mpcompat_bootstrap`` module. ``mpcompat disable``
-turns each of their lines into a comment, ``mpcompat enable`` turns them back: the state lives in the files the installer recorded, so nothing is read at start-up to check it
-and ``pip uninstall`` removes it. Reinstalling or upgrading mpcompat installs fresh, enabled files.
+A wheel puts ``mpcompat.pth`` (and, for Python 3.15+, ``mpcompat.start``) in site-packages,
+both calling the top-level ``_mpcompat_bootstrap``. The on/off state lives in these files, as
+installed (so nothing is read at start-up to check it, ``pip uninstall`` removes it, and a
+reinstall turns it on).
 """
 import os
 import sys
 
 PTH_NAME = "mpcompat.pth"
 START_NAME = "mpcompat.start"
-# 'mpcompat disable' turns every line of both files into a comment starting with this, and
-# 'mpcompat enable' takes it off again: the files are then byte for byte what was installed.
+# 'mpcompat disable' puts this in front of every line of both files, 'mpcompat enable' takes it
+# off again: the files are then byte for byte what was installed (their RECORD hashes match).
 OFF = "# turned off by 'mpcompat disable', 'mpcompat enable' turns it back on: "
 # The directory mpcompat is imported from (site-packages, or a source checkout).
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,7 +39,7 @@ def hook_dirs():
 
 def hook_file(site_dir):
     """The start-up file of ``site_dir`` that this Python runs: ``mpcompat.start`` from 3.15
-    (which then ignores the import line of ``mpcompat.pth``), else ``mpcompat.pth``."""
+    (which then ignores ``mpcompat.pth``'s import line), else ``mpcompat.pth``."""
     start = os.path.join(site_dir, START_NAME)
     if sys.version_info >= (3, 15) and os.path.isfile(start):
         return start
@@ -47,9 +47,12 @@ def hook_file(site_dir):
 
 
 def is_enabled(site_dir):
-    """Whether the ``mpcompat.pth`` in ``site_dir`` calls the start-up hook."""
-    with open(os.path.join(site_dir, PTH_NAME)) as f:
-        return any(line.startswith("import") and "_mpcompat_bootstrap" in line for line in f)
+    """Whether ``site_dir``'s ``mpcompat.pth`` calls the start-up hook (False if unreadable)."""
+    try:
+        with open(os.path.join(site_dir, PTH_NAME)) as f:
+            return any(line.startswith("import") and "_mpcompat_bootstrap" in line for line in f)
+    except OSError:
+        return False
 
 
 def set_enabled(site_dir, enabled):
@@ -59,27 +62,19 @@ def set_enabled(site_dir, enabled):
         if not os.path.exists(path):
             continue  # (mpcompat.start: installed by a build without it)
         with open(path) as f:
-            lines = f.read().splitlines(True)
-        if enabled:
-            lines = [line[len(OFF):] if line.startswith(OFF) else line for line in lines]
-        else:
-            lines = [line if line.startswith(OFF) else OFF + line for line in lines]
-        _replace(path, "".join(lines))
-
-
-def _replace(path, content):
-    # Written next to the target and renamed over it, so that an interpreter starting meanwhile
-    # reads the old file or the new one, never half of one. The temporary name does not end in
-    # ".pth", so site never processes it.
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    try:
-        with open(tmp, "w") as f:
-            f.write(content)
-        os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+            lines = [line[len(OFF):] if line.startswith(OFF) else line
+                     for line in f.read().splitlines(True)]
+        # Written beside it and renamed over it: an interpreter starting meanwhile reads the
+        # old file or the new one, never half of one (and site ignores a name not ending .pth).
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        try:
+            with open(tmp, "w") as f:
+                f.write("".join(lines if enabled else [OFF + line for line in lines]))
+            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
 
 
 def environment():
@@ -96,7 +91,7 @@ def environment():
                         "process activates it by importing it (or run it under 'mpcompat run')"
                         % PACKAGE_PARENT)
     paths = ", ".join(hook_file(d) for d in dirs)
-    if not any(_enabled_or_false(d) for d in dirs):
+    if not any(is_enabled(d) for d in dirs):
         return "off", ("off for this environment by 'mpcompat disable' (%s): new Python "
                        "processes start without mpcompat; 'mpcompat enable' turns it back on"
                        % paths)
@@ -109,10 +104,3 @@ def environment():
         line += (", but it failed in this process tree (%s): its processes start without it"
                  % os.environ["MPCOMPAT_AUTOSTART_FAILED"])
     return "on", line
-
-
-def _enabled_or_false(site_dir):
-    try:
-        return is_enabled(site_dir)
-    except OSError:
-        return False

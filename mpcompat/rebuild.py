@@ -1,22 +1,17 @@
 """Rebuild functions that do more than build a value: never allowlist these.
 
-Pickles that mpcompat produces for module objects, patched library classes, torch generators
-and :func:`mpcompat.per_process` objects name one of the functions here by its import path
-(``mpcompat.rebuild.<name>``); like those in :mod:`mpcompat.rebuild_views`, their names and
-signatures are part of the pickle format.
-
-Unlike the view rebuilders, these act on the receiving process: ``rebuild_module`` imports a
-module by name, ``rebuild_by_init`` runs a constructor, ``rebuild_per_process`` calls a factory.
-A restricted unpickler (a ``find_class`` allowlist, ``torch.serialization.add_safe_globals``)
-must never trust this module: to the data in a pickle, these are ways to import and run code.
-``rebuild_by_init`` at least refuses every class but the ones mpcompat patches.
+Pickles of module objects, patched library classes, torch generators and
+:func:`mpcompat.per_process` objects name these by import path (``mpcompat.rebuild.<name>``):
+their names and signatures are part of the pickle format. They act on the receiving process
+(import a module, run a constructor, resolve a factory), so a restricted unpickler must never
+trust this module; ``rebuild_by_init`` at least refuses every class but those mpcompat patches.
 """
 import sys
 
 __all__ = ["rebuild_module", "rebuild_by_init", "rebuild_torch_generator", "rebuild_per_process"]
 
-# (module, class name) of the classes whose pickles mpcompat rebuilds by running __init__ again
-# (see mpcompat/patches/nuscenes_tracking_config.py): rebuild_by_init refuses any other.
+# (module, class name) of the classes rebuilt by running __init__ again
+# (mpcompat/patches/nuscenes_tracking_config.py): rebuild_by_init refuses any other.
 BY_INIT_CLASSES = frozenset([("nuscenes.eval.tracking.data_classes", "TrackingConfig")])
 
 
@@ -30,16 +25,17 @@ def rebuild_module(name):
 
 
 def rebuild_by_init(cls, init_owner, init_kwargs, state):
-    """Return a ``cls`` instance rebuilt by running ``init_owner.__init__`` again.
+    """Return a ``cls`` instance rebuilt by running ``init_owner.__init__(**init_kwargs)`` again.
 
-    For classes whose ``__init__`` also sets state outside the instance (module globals), which
-    a fresh process that only unpickles the instance would miss: the constructor runs with
-    ``init_kwargs``, then the instance ``__dict__`` becomes ``state``. ``init_owner`` must be one
-    of the classes in ``BY_INIT_CLASSES`` (the very class found at that name) and ``cls`` that
-    class or a subclass of it; anything else raises ``TypeError``.
+    For classes whose ``__init__`` also sets module globals, which a fresh process that only
+    unpickled the instance would miss; the instance ``__dict__`` then becomes ``state``.
+    ``init_owner`` must be the very class found at a name in ``BY_INIT_CLASSES``, and ``cls``
+    that class or a subclass; anything else raises ``TypeError``.
     """
-    if not _is_by_init_class(init_owner) or not isinstance(cls, type) \
-            or not issubclass(cls, init_owner):
+    key = isinstance(init_owner, type) and (getattr(init_owner, "__module__", None),
+                                            getattr(init_owner, "__qualname__", None))
+    if not (key in BY_INIT_CLASSES and getattr(sys.modules.get(key[0]), key[1], None) is init_owner
+            and isinstance(cls, type) and issubclass(cls, init_owner)):
         raise TypeError("mpcompat.rebuild.rebuild_by_init rebuilds only %s, not %r / %r"
                         % (", ".join(sorted("%s.%s" % pair for pair in BY_INIT_CLASSES)),
                            cls, init_owner))
@@ -48,16 +44,6 @@ def rebuild_by_init(cls, init_owner, init_kwargs, state):
     obj.__dict__.clear()
     obj.__dict__.update(state)
     return obj
-
-
-def _is_by_init_class(owner):
-    if not isinstance(owner, type):
-        return False
-    key = (getattr(owner, "__module__", None), getattr(owner, "__qualname__", None))
-    if key not in BY_INIT_CLASSES:
-        return False
-    module = sys.modules.get(key[0])
-    return module is not None and getattr(module, key[1], None) is owner
 
 
 def rebuild_torch_generator(device, seed, state):
@@ -70,9 +56,8 @@ def rebuild_torch_generator(device, seed, state):
 
 
 def __getattr__(name):
-    # rebuild_per_process is defined with the class it rebuilds (mpcompat.pickling.per_process,
-    # which imports wrapt), as mpcompat.rebuild.rebuild_per_process: loaded when a pickle names
-    # it, and that module never imports this one back.
+    # rebuild_per_process lives with its class (mpcompat.pickling.per_process, which imports
+    # wrapt): loaded only when a pickle names it; that module never imports this one back.
     if name == "rebuild_per_process":
         from mpcompat.pickling.per_process import rebuild_per_process
         return rebuild_per_process

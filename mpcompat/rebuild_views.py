@@ -1,28 +1,15 @@
 """The six functions that every pickled dict view names: safe to allowlist.
 
-A pickle that holds a dict view refers to one of these functions by its import path
-(``mpcompat.rebuild_views.rebuild_dict_keys`` ...). Their module, names and signatures are part
-of the pickle format: moving or renaming one makes every pickle written before unreadable (the
-golden pickles under ``tests/golden/`` fail loudly if that happens).
-
-This module holds these six functions and nothing else callable, so that a restricted unpickler
-(``torch.load(weights_only=True)``, a ``find_class`` allowlist) may trust every callable in it:
-each one only builds a dict view from the plain values it is given. The rebuild functions that
-can do more (import a module, run a constructor) live in :mod:`mpcompat.rebuild` and must never
-be allowlisted.
-
-Each view is rebuilt on a fresh dict of the same kind, so its type and order survive; a view
-unpickled together with its dict is no longer linked to it.
+Their module, names and signatures are part of the pickle format (the golden pickles under
+``tests/golden/`` fail loudly if one moves). The module holds nothing else callable, so that a
+restricted unpickler (``torch.load(weights_only=True)``, a ``find_class`` allowlist) may trust
+all of it: each function only builds a dict view from plain values, on a fresh dict of the same
+kind, so type and order survive. The rebuilders that import or run code live in
+:mod:`mpcompat.rebuild` and must never be allowlisted.
 """
 
-__all__ = [
-    "rebuild_dict_keys",
-    "rebuild_dict_values",
-    "rebuild_dict_items",
-    "rebuild_odict_keys",
-    "rebuild_odict_values",
-    "rebuild_odict_items",
-]
+__all__ = ["rebuild_dict_keys", "rebuild_dict_values", "rebuild_dict_items",
+           "rebuild_odict_keys", "rebuild_odict_values", "rebuild_odict_items"]
 
 
 def rebuild_dict_keys(*keys):

@@ -12,11 +12,10 @@ class PatchStatus(object):
 
     def __init__(self, st):
         spec = st.spec
-        self.applications = st.applications
-        self.name, self.state, self.reason = spec.name, st.state, st.reason
+        self.name, self.supported, self.needed = spec.name, spec.supported, spec.needed
+        self.targets, self.summary = spec.targets, spec.summary
+        self.state, self.reason, self.applications = st.state, st.reason, st.applications
         self.distribution, self.version = st.distribution, st.version
-        self.supported, self.needed, self.targets = spec.supported, spec.needed, spec.targets
-        self.summary = spec.summary
 
     def __repr__(self):
         return "PatchStatus(%r, %r)" % (self.name, self.state)
@@ -27,10 +26,9 @@ class Status(object):
 
     Attributes: ``active`` (bool); ``how`` (how mpcompat got active or why it is off, e.g.
     "activated at start-up by mpcompat.pth"); ``autostart`` ("on", "off" or "none": whether
-    new Python processes of this environment activate it at start); ``autostart_line`` (that,
-    said in full); ``reducers``
-    (``{type: reducer}`` as registered, built-in and user ones); ``builtin`` (the types whose
-    built-in reducer is in place); ``conflicts``; ``patches`` (a list of PatchStatus).
+    new Python processes of this environment activate it) and ``autostart_line`` (that, in
+    full); ``reducers`` (``{type: reducer}``, built-in and user ones); ``builtin`` (the types
+    whose built-in reducer is in place); ``conflicts``; ``patches`` (a list of PatchStatus).
     """
 
     def __init__(self):
@@ -44,10 +42,7 @@ class Status(object):
         self.builtin = {cls for cls, red in self.reducers.items() if builtins.get(cls) is red}
         self.patches = [PatchStatus(st) for st in activation.ensure_armed().states()]
 
-    @property
-    def reason(self):
-        """Same as ``how`` (the name older code used)."""
-        return self.how
+    reason = property(lambda self: self.how, doc="Same as ``how`` (the name older code used).")
 
     def headline(self):
         """The first line: active or not, and how, consistent with auto-activation."""
@@ -57,11 +52,11 @@ class Status(object):
             where = "active in this process"
         else:  # new processes of this environment will not have it
             where = "active in this process only"
-        return "mpcompat %s: %s, %s" % (_version(), where, self.how)
+        return "mpcompat %s: %s, %s" % (sys.modules["mpcompat"].__version__, where, self.how)
 
     def __str__(self):
-        lines = [self.headline(), "auto-activation at interpreter start: %s" % self.autostart_line]
-        lines += ["", "reducers:"]
+        lines = [self.headline(), "auto-activation at interpreter start: %s" % self.autostart_line,
+                 "", "reducers:"]
         if not self.reducers:
             lines.append("  (none%s)" % ("" if self.active else ": mpcompat is off"))
         for cls, red in sorted(self.reducers.items(), key=lambda kv: _qualname(kv[0])):
@@ -84,14 +79,5 @@ class Status(object):
             self.active, len(self.reducers), {p.name: p.state for p in self.patches})
 
 
-def status():
-    """Return a :class:`Status` report of reducers, patches and activation in this process."""
-    return Status()
-
-
 def _qualname(obj):
     return "%s.%s" % (getattr(obj, "__module__", "?"), getattr(obj, "__qualname__", repr(obj)))
-
-
-def _version():
-    return sys.modules["mpcompat"].__version__

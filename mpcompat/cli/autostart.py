@@ -3,10 +3,6 @@ whole environment, kept until changed (reinstalling mpcompat turns it back on)."
 import sys
 
 
-def add_arguments(parser):
-    """No options."""
-
-
 def main(args):
     """Turn the start-up hook of this environment on (``enable``) or off (``disable``)."""
     from mpcompat import autostart

@@ -1,18 +1,15 @@
 """``mpcompat run [--start-method METHOD] -- COMMAND ...``: run a command with mpcompat active.
 
-The command runs with ``mpcompat/_startup`` first on PYTHONPATH. Its ``sitecustomize`` activates
-mpcompat at the start of every Python process of the command, children included, whether or not
-mpcompat is installed with its ``.pth`` file, then runs the ``sitecustomize`` it shadows.
-With ``--start-method``, that method becomes multiprocessing's default in all of them (the start
-method itself stays unset, as on macOS and Windows, so code that sets one still may). The exit
-code is the command's.
+``mpcompat/_startup`` goes first on PYTHONPATH: its ``sitecustomize`` activates mpcompat in every
+Python process of the command, then runs the one it shadows. ``--start-method`` makes that
+method multiprocessing's default there (the start method itself stays unset, so code may still
+set one). The exit code is the command's.
 """
 import os
 import sys
 
 from mpcompat.autostart import PACKAGE_PARENT, site_dirs
 
-START_METHODS = ("spawn", "forkserver", "fork")
 START_METHOD_VAR = "MPCOMPAT_RUN_START_METHOD"  # read by mpcompat/_startup/sitecustomize.py
 STARTUP_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_startup")
 
@@ -21,7 +18,7 @@ def add_arguments(parser):
     """Add ``--start-method`` and the command to ``parser``."""
     import argparse
     parser.add_argument(
-        "--start-method", choices=START_METHODS,
+        "--start-method", choices=("spawn", "forkserver", "fork"),
         help="make this multiprocessing's default start method in every process of the "
              "command (spawn shows on Linux the failures macOS and Windows users get)")
     # Not dest="command": the top-level parser keeps the subcommand's name there.
@@ -40,10 +37,10 @@ def main(args):
         return 2
     if args.start_method:
         import multiprocessing
-        if args.start_method not in multiprocessing.get_all_start_methods():
+        available = multiprocessing.get_all_start_methods()
+        if args.start_method not in available:
             sys.stderr.write("mpcompat run: start method %r is not available here (available: "
-                             "%s)\n" % (args.start_method,
-                                        ", ".join(multiprocessing.get_all_start_methods())))
+                             "%s)\n" % (args.start_method, ", ".join(available)))
             return 2
     env = command_env(os.environ, args.start_method)
     sys.stdout.flush()
@@ -59,20 +56,15 @@ def main(args):
 
 
 def command_env(environ, start_method=None):
-    """Return a copy of ``environ`` that activates mpcompat in every Python process started with it.
-
-    PYTHONPATH gets the start-up directory first and, if mpcompat is not imported from a site
-    directory (a source checkout), the directory mpcompat is imported from: a site directory is
-    never put on PYTHONPATH, where it would come before the standard library.
-    """
+    """A copy of ``environ`` that activates mpcompat in every Python process started with it:
+    PYTHONPATH gets the start-up directory, then mpcompat's parent directory unless it is a site
+    directory (which would come before the standard library there)."""
     env = dict(environ)
     # Empty entries stay: they stand for the working directory.
     entries = env["PYTHONPATH"].split(os.pathsep) if env.get("PYTHONPATH") else []
-    front = [STARTUP_DIR]
-    if not _is_site_dir(PACKAGE_PARENT):
-        front.append(PACKAGE_PARENT)
     known = {os.path.realpath(p) for p in entries if p}
-    front = [p for p in front if os.path.realpath(p) not in known]
+    known.update(os.path.realpath(d) for d in site_dirs())  # never put on PYTHONPATH
+    front = [p for p in (STARTUP_DIR, PACKAGE_PARENT) if os.path.realpath(p) not in known]
     if front:
         env["PYTHONPATH"] = os.pathsep.join(front + entries)
     if start_method:
@@ -80,22 +72,13 @@ def command_env(environ, start_method=None):
     return env
 
 
-def _is_site_dir(path):
-    real = os.path.realpath(path)
-    return any(os.path.realpath(d) == real for d in site_dirs())
-
-
 def default_start_method(method):
-    """Make ``method`` multiprocessing's default start method in this process.
-
-    Applied when ``multiprocessing.context`` finishes importing (at once if it already has):
-    the default context's fallback is swapped, as if this platform defaulted to ``method``.
-    ``get_start_method(allow_none=True)`` still returns None and ``set_start_method`` still
-    works without ``force``. torch.multiprocessing and the DataLoader use this same default.
-    """
+    """Make ``method`` multiprocessing's default start method in this process, as if this
+    platform defaulted to it (once ``multiprocessing.context`` is imported): the start method
+    stays unset, ``set_start_method`` works without ``force``; torch uses this default too."""
     from mpcompat import patching as importhook
 
-    def apply(context, method=method):
+    def apply(context):
         try:  # private names, the same on Python 3.8 to 3.14
             context._default_context._default_context = context._concrete_contexts[method]
         except Exception as exc:  # importhook would drop it silently

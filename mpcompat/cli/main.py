@@ -6,8 +6,8 @@ import argparse
 import os
 import sys
 
-# subcommand -> (module, one-line help, examples); the module provides add_arguments(parser)
-# and main(args) -> exit code.
+# subcommand -> (module, one-line help, examples); the module provides main(args) -> exit code
+# and, if the subcommand has options, add_arguments(parser).
 COMMANDS = {
     "status": ("mpcompat.cli.status", "print what mpcompat does in this interpreter",
                ["mpcompat status", "MPCOMPAT_DISABLE=1 mpcompat status"]),
@@ -26,8 +26,7 @@ COMMANDS = {
     "disable": ("mpcompat.cli.autostart", "turn auto-activation at interpreter start off",
                 ["mpcompat disable", "python -c \"import mpcompat\"  # still activates it"]),
 }
-# 128 + SIGPIPE: what a command killed by a closed pipe exits with.
-BROKEN_PIPE_EXIT = 141
+BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a command killed by a closed pipe exits with
 
 
 def _examples(lines):
@@ -61,18 +60,18 @@ def _main(argv):
                          + ["mpcompat COMMAND --help"]))
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    modules = {}
+    module = None
     for name, (module_name, help_text, examples) in COMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text,
                                     epilog=_examples(examples),
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
         if argv[:1] == [name]:
-            modules[name] = importlib.import_module(module_name)
-            modules[name].add_arguments(sub_parser)
+            module = importlib.import_module(module_name)
+            getattr(module, "add_arguments", lambda parser: None)(sub_parser)
     try:
         args = parser.parse_args(argv)
     finally:
         sys.stdout.flush()  # --help exits from here: a closed pipe must show inside the handler
-    code = modules[args.command].main(args) or 0
+    code = module.main(args) or 0
     sys.stdout.flush()  # a closed pipe shows here, inside the handler
     return code

@@ -1,10 +1,6 @@
 """``mpcompat status``: print the status report."""
 
 
-def add_arguments(parser):
-    """No options."""
-
-
 def main(args):
     """Print ``mpcompat.status()``."""
     import mpcompat

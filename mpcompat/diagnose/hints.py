@@ -1,12 +1,8 @@
 """Hints: what to do about an object that cannot be pickled.
 
-Hints are chosen by the object's type wherever possible (error texts differ between Python
-versions); the error text decides only where the type cannot (local objects, lookups that do not
-lead back to the object). Library types are recognised only if their library is already
-imported: nothing here imports lmdb, h5py or torch. Open handles (files, sockets, sqlite3,
-lmdb, h5py) get ``mpcompat.per_process`` as their fix first; classes and functions that the
-main script defines under ``if __name__ == "__main__":`` get where they are and the fix (see
-``mpcompat.diagnose.main_guard``).
+Chosen by the object's type wherever possible (error texts differ between Python versions), by
+the error text only where the type cannot tell. A library's types are recognised only once it
+is imported: nothing here imports lmdb, h5py or torch.
 """
 import re
 import sys
@@ -56,9 +52,7 @@ Leave it out of the pickle and create a new one when the object is unpickled:
 
 def hint_for(obj, exc, path, culprit=None):
     """Return a hint for ``obj`` at ``path`` that failed to pickle with ``exc``, or None.
-
-    culprit: the class (or callable) rebuilding ``obj`` when that is what cannot be pickled.
-    """
+    culprit: the class (or callable) rebuilding ``obj`` when that is what cannot be pickled."""
     hint = _hint(obj, exc, path, culprit)
     method = path.rfind(".__self__")
     if method > 0:
@@ -73,10 +67,10 @@ def _hint(obj, exc, path, culprit):
     attr = _last_attribute(path)
     if isinstance(exc, MainReference):
         target = culprit if culprit is not None else obj
+        from mpcompat.diagnose import main_guard
         if exc.guard is not None:
-            from mpcompat.diagnose.main_guard import advice
-            return advice(target.__qualname__, exc.guard[0], exc.guard[1])
-        return _main_hint(target)
+            return main_guard.advice(target.__qualname__, exc.guard[0], exc.guard[1])
+        return main_guard.no_main_file_advice(getattr(target, "__qualname__", "?"))
     if culprit is not None:
         local = _local_hint(culprit, exc)
         if local is not None:
@@ -85,8 +79,8 @@ def _hint(obj, exc, path, culprit):
                 % (_type_name(culprit), _error_line(exc)))
     if type(obj) is types.FunctionType or isinstance(obj, type):
         return _local_hint(obj, exc) or _reference_hint(obj)
-    for check in (_resource_hint, _sync_hint, _iterator_hint, _weakref_hint, _torch_hint,
-                  _memory_hint, _view_or_module_hint, _recursion_hint, _mp_hint):
+    for check in (_resource_hint, _sync_hint, _iterator_hint, _weakref_hint, _memory_hint,
+                  _view_or_module_hint, _recursion_hint, _mp_hint):
         hint = check(obj, exc, attr)
         if hint is not None:
             return hint
@@ -105,15 +99,13 @@ def _last_attribute(path):
 
 def _local_hint(obj, exc):
     qualname = getattr(obj, "__qualname__", "") or ""
-    text = str(exc)
-    if "<locals>" not in qualname and "local object" not in text:
-        if getattr(obj, "__name__", None) == "<lambda>":
-            return ("A lambda has no name a child process could import it by. Define the "
-                    "function with def at module level; to bind values, use "
-                    "functools.partial(function, value).")
-        return None
+    is_lambda = getattr(obj, "__name__", None) == "<lambda>"
+    if "<locals>" not in qualname and "local object" not in str(exc):
+        return ("A lambda has no name a child process could import it by. Define the "
+                "function with def at module level; to bind values, use "
+                "functools.partial(function, value).") if is_lambda else None
     outer = qualname.split(".<locals>")[0] if "<locals>" in qualname else "a function"
-    if getattr(obj, "__name__", None) == "<lambda>":
+    if is_lambda:
         return ("A lambda defined inside %s: pickle can only refer to functions by their "
                 "module-level name. Define it with def at module level, and bind values with "
                 "functools.partial(function, value) instead of a closure." % outer)
@@ -134,41 +126,36 @@ def _reference_hint(obj):
                            module, qualname))
 
 
-def _main_hint(target):
-    from mpcompat.diagnose.main_guard import no_main_file_advice
-    return no_main_file_advice(getattr(target, "__qualname__", "?"))
-
-
 def _isinstance(obj, module_name, *type_names):
-    module = sys.modules.get(module_name)
-    if module is None:
-        return False
-    found = tuple(t for t in (getattr(module, n, None) for n in type_names) if isinstance(t, type))
-    return bool(found) and isinstance(obj, found)
+    module = sys.modules.get(module_name)  # None: not imported, so obj is none of its types
+    types_found = (getattr(module, name, None) for name in type_names)
+    return isinstance(obj, tuple(t for t in types_found if isinstance(t, type)))
+
+
+# Open handles: (module, its types or None for all of them, what it is, how to open it lazily,
+# the arguments of mpcompat.per_process).
+_RESOURCES = (
+    ("io", ("IOBase",), "An open file is a handle of this process.", 'open(self.path, "rb")',
+     'open, path, "rb"'),
+    ("socket", ("socket",), "A socket is a connection of this process.",
+     "socket.create_connection(self.address)", "socket.create_connection, address"),
+    ("sqlite3", ("Connection", "Cursor"),
+     "An sqlite3 connection belongs to the process that opened it.",
+     "sqlite3.connect(self.path)", "sqlite3.connect, path"),
+    ("lmdb", ("Environment", "Transaction", "Cursor", "_Database"),
+     "An lmdb environment is an open handle, and lmdb forbids using one across processes.",
+     "lmdb.open(self.path, readonly=True, lock=False, readahead=False)",
+     "lmdb.open, path, readonly=True, lock=False"),
+    ("h5py", None, "An h5py file, group or dataset is an open HDF5 handle.",
+     'h5py.File(self.path, "r")', 'h5py.File, path, "r"'),
+)
 
 
 def _resource_hint(obj, exc, attr):
-    import io
-    if isinstance(obj, io.IOBase):
-        what, opener = "An open file is a handle of this process.", 'open(self.path, "rb")'
-        factory = 'open, path, "rb"'
-    elif _isinstance(obj, "socket", "socket"):
-        what, opener = ("A socket is a connection of this process.",
-                        "socket.create_connection(self.address)")
-        factory = "socket.create_connection, address"
-    elif _isinstance(obj, "sqlite3", "Connection", "Cursor"):
-        what, opener = ("An sqlite3 connection belongs to the process that opened it.",
-                        "sqlite3.connect(self.path)")
-        factory = "sqlite3.connect, path"
-    elif _isinstance(obj, "lmdb", "Environment", "Transaction", "Cursor", "_Database"):
-        what, opener = ("An lmdb environment is an open handle, and lmdb forbids using one "
-                        "across processes.",
-                        "lmdb.open(self.path, readonly=True, lock=False, readahead=False)")
-        factory = "lmdb.open, path, readonly=True, lock=False"
-    elif type(obj).__module__.split(".")[0] == "h5py":
-        what, opener = ("An h5py file, group or dataset is an open HDF5 handle.",
-                        'h5py.File(self.path, "r")')
-        factory = 'h5py.File, path, "r"'
+    for module, names, what, opener, factory in _RESOURCES:
+        if (_isinstance(obj, module, *names) if names
+                else type(obj).__module__.split(".")[0] == module):
+            break
     else:
         return None
     return "\n\n".join([what + " " + _PER_PROCESS.format(attr=attr, factory=factory),
@@ -222,16 +209,13 @@ def _weakref_hint(obj, exc, attr):
             + _RECREATE.format(attr=attr, factory="weakref.ref(self.target)"))
 
 
-def _torch_hint(obj, exc, attr):
-    if not _isinstance(obj, "torch.jit", "ScriptFunction", "ScriptModule"):
-        return None
-    return ("TorchScript functions and modules cannot be pickled. Send the plain Python "
-            "function or nn.Module and call torch.jit.script on it in the worker, or save it "
-            "with torch.jit.save(scripted, path), send the path and torch.jit.load(path) in "
-            "the worker.")
-
-
 def _memory_hint(obj, exc, attr):
+    """TorchScript, memoryviews and ctypes: what lives at addresses in this process."""
+    if _isinstance(obj, "torch.jit", "ScriptFunction", "ScriptModule"):
+        return ("TorchScript functions and modules cannot be pickled. Send the plain Python "
+                "function or nn.Module and call torch.jit.script on it in the worker, or save "
+                "it with torch.jit.save(scripted, path), send the path and "
+                "torch.jit.load(path) in the worker.")
     if type(obj) is memoryview:
         return ("A memoryview points into memory of this process. Send bytes(view), or the "
                 "object it views (bytes, bytearray, a numpy array), instead.")
@@ -292,7 +276,6 @@ def _mp_hint(obj, exc, attr):
 
 
 def _generic_hint(obj, exc):
-    name = _type_name(type(obj))
     return ("%s has no pickle support. Leave it out of the pickled state (__getstate__) and "
             "recreate it after unpickling (__setstate__), or register a reducer with "
-            "mpcompat.register(%s, reducer)." % (name, type(obj).__name__))
+            "mpcompat.register(%s, reducer)." % (_type_name(type(obj)), type(obj).__name__))

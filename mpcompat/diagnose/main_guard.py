@@ -1,14 +1,12 @@
 """Names a script binds only inside ``if __name__ == "__main__":``, which its children lack.
 
-A spawn or forkserver child imports the parent's main script again, as ``__mp_main__``, without
-running its ``if __name__ == "__main__":`` block. A class or function defined in that block
-pickles in the parent (by reference, as ``__main__.X``) and every child then fails with
-"AttributeError: Can't get attribute 'X' on <module '__mp_main__' ...>".
-
-This module reads the script's source with :mod:`ast` (once per file and modification time, and
-only when asked: by ``explain`` or by a child that failed) and tells where such a name is bound.
+A spawn or forkserver child imports the main script again, as ``__mp_main__``, without running
+that block: a class defined there pickles in the parent (as ``__main__.X``) and every child fails
+with "Can't get attribute 'X' on <module '__mp_main__' ...>". The script's source is read with
+:mod:`ast` (only when asked, once per file version) to tell where such a name is bound.
 """
 import ast
+import collections
 import os
 import re
 import sys
@@ -36,27 +34,15 @@ def missing_message(name, module="__mp_main__"):
     return "AttributeError: Can't get attribute %r on <module %r>" % (name, module)
 
 
-class Binding(object):
-    """Where a module-level name is bound: ``line``, ``kind`` ("class", "function" or
-    "name") and, inside a main guard, ``guard_line`` (the line of its ``if``), else None."""
-
-    __slots__ = ("name", "line", "kind", "guard_line")
-
-    def __init__(self, name, line, kind, guard_line):
-        self.name, self.line, self.kind, self.guard_line = name, line, kind, guard_line
-
-    def __repr__(self):
-        return "Binding(%r, line=%d, kind=%r, guard_line=%r)" % (
-            self.name, self.line, self.kind, self.guard_line)
+Binding = collections.namedtuple("Binding", "name line kind guard_line")
+Binding.__doc__ = """Where a module-level name is bound: ``line``, ``kind`` ("class", "function"
+or "name") and, inside a main guard, ``guard_line`` (the line of its ``if``), else None."""
 
 
 class Analysis(object):
-    """The module-level names of one file.
-
-    outside: ``{name: Binding}`` for names bound where a child runs the code (the first
-    binding). inside: ``{name: Binding}`` for names bound in a main guard (the first binding).
-    guards: the lines of the main-guard ``if`` statements. spans: ``(first, last)`` lines of
-    the code that runs only in the main process (a main guard's body, or its ``else``).
+    """The module-level names of one file: ``outside`` and ``inside`` (``{name: Binding}``, the
+    first binding where children run the code, and in a main guard), ``guards`` (the lines of
+    the guards' ``if``) and ``spans`` (``(first, last)`` lines that run only in the main process).
     """
 
     __slots__ = ("path", "outside", "inside", "guards", "spans")
@@ -71,21 +57,22 @@ class Analysis(object):
 
     def only_inside(self, name):
         """The Binding of ``name`` if it is bound in a main guard and nowhere else, or None."""
-        if name in self.outside:
-            return None
-        return self.inside.get(name)
+        return self.inside.get(name) if name not in self.outside else None
+
+    def definitions(self):
+        """``{name: Binding}`` of the classes and functions defined only in a main guard."""
+        return {name: b for name, b in self.inside.items()
+                if b.kind in _DEFINITIONS and name not in self.outside}
 
 
 def analyze(path):
-    """Return the :class:`Analysis` of the Python file ``path``, or None if it cannot be read.
-
-    Cached per file, modification time and size.
-    """
+    """The :class:`Analysis` of the Python file ``path`` (cached per file, modification time and
+    size), or None if it cannot be read."""
     try:
         st = os.stat(path)
     except (OSError, TypeError, ValueError):
         return None
-    key = (getattr(st, "st_mtime_ns", st.st_mtime), st.st_size)
+    key = (st.st_mtime_ns, st.st_size)
     hit = _cache.get(path)
     if hit is not None and hit[0] == key:
         return hit[1]
@@ -97,11 +84,8 @@ def analyze(path):
 
 
 def main_file(module_name="__main__"):
-    """The file of the main module that spawn/forkserver children import again, or None.
-
-    None for ``python -c``, the REPL, notebooks and ``python -m pkg`` (``pkg.__main__``): there
-    the children do not import the main module at all (see ``walker.main_unimportable``).
-    """
+    """The file of the main module that spawn/forkserver children import again, or None (for
+    ``python -c``, the REPL, notebooks and ``python -m pkg``: see ``walker.main_unimportable``)."""
     main = sys.modules.get(module_name)
     if main is None:
         return None
@@ -117,22 +101,20 @@ def main_file(module_name="__main__"):
 def guarded(name, path=None):
     """The Binding of ``name`` (a qualname: its first part counts) when ``path`` (default: the
     main script) binds it only inside ``if __name__ == "__main__":``; else None."""
-    path = path or main_file()
-    analysis = analyze(path) if path else None
-    if analysis is None:
-        return None
-    return analysis.only_inside(name.split(".")[0])
+    analysis = _main_analysis(path)
+    return analysis.only_inside(name.split(".")[0]) if analysis is not None else None
 
 
 def guarded_definitions(path=None):
     """The names of classes and functions the main script (or ``path``) defines only inside a
     main guard: the names that can be pickled by reference and then fail in children."""
+    analysis = _main_analysis(path)
+    return frozenset(analysis.definitions() if analysis is not None else ())
+
+
+def _main_analysis(path):
     path = path or main_file()
-    analysis = analyze(path) if path else None
-    if analysis is None:
-        return frozenset()
-    return frozenset(name for name, b in analysis.inside.items()
-                     if b.kind in _DEFINITIONS and name not in analysis.outside)
+    return analyze(path) if path else None
 
 
 def advice(qualname, path, binding):
@@ -153,12 +135,8 @@ def advice(qualname, path, binding):
 
 
 def explain_missing(qualname, path):
-    """Why a child that imported ``path`` as ``__mp_main__`` lacks ``qualname``, or None.
-
-    For "Can't get attribute 'X' on <module '__mp_main__' ...>": X is bound only inside the
-    main guard (:func:`advice`), nowhere at module level (:func:`missing_advice`), or outside
-    the guard but where the child did not bind it (a condition, a failed import).
-    """
+    """Why a child that imported ``path`` as ``__mp_main__`` lacks ``qualname``, or None: it is
+    bound only inside the main guard, nowhere at module level, or where the child skipped it."""
     analysis = analyze(path)
     if analysis is None:
         return None
@@ -180,25 +158,18 @@ def explain_missing(qualname, path):
 
 def explain_missing_attribute(exc):
     """In a child process: if ``exc`` is the AttributeError of unpickling a reference to
-    something the main module lacks here ("Can't get attribute 'X' on <module '__mp_main__'
-    ...>", from 3.14 "module '__mp_main__' has no attribute 'X'"), say where X is bound in the
-    script and the fix (or, for a ``__main__`` the child cannot import at all, the fix for
-    that). Return the text, or None. Never raises.
-    """
+    something the main module lacks here, return where the script binds it and the fix (or the
+    fix for a ``__main__`` children cannot import at all); else None. Never raises."""
     try:
         if not isinstance(exc, AttributeError):
             return None
         text = str(exc).split("\n", 1)[0]
-        path = None
-        match = _MISSING[0].search(text)
-        if match is not None:
-            name, path = match.group(1), match.group(2)
-        else:
-            match = _MISSING[1].search(text)
-            if match is None:
-                return None
-            name = match.group(1)
-        path = main_file("__mp_main__") or main_file() or path
+        match = _MISSING[0].search(text) or _MISSING[1].search(text)
+        if match is None:
+            return None
+        name = match.group(1)
+        # The file the message names, if it names one (only the older message does).
+        path = main_file("__mp_main__") or main_file() or (match.groups() + (None,))[1]
         found = explain_missing(name, path) if path else None
         if not found and path is None and "'__main__'" in text:
             found = no_main_file_advice(name)
@@ -230,13 +201,10 @@ def missing_advice(qualname, path):
 
 
 def explain_guarded(path, name):
-    """``mpcompat explain module:name`` where the module (file ``path``) lacks ``name``.
-
-    Returns None unless ``path`` binds ``name`` only inside ``if __name__ == "__main__":``;
-    else ``(report, problem)``: the text to print, and whether it is a problem of the object
-    (a class or function the children cannot import: exit 1) rather than of the request (a
-    value created under the guard, which explain cannot reach: exit 2).
-    """
+    """``mpcompat explain module:name`` where the module (file ``path``) lacks ``name``: None
+    unless ``path`` binds it only inside its main guard, else ``(report, problem)``: the text,
+    and whether it is a problem of the object (a class or function children cannot import: exit
+    1) rather than of the request (a value created under the guard: exit 2)."""
     analysis = analyze(path)
     binding = analysis.only_inside(name) if analysis is not None else None
     if binding is None:
@@ -254,8 +222,7 @@ def explain_guarded(path, name):
             "when %s is the main script, so it cannot be imported to be explained. Call "
             "mpcompat.explain(%s) in the script, or move what creates it to module level."
             % (name, path, binding.line, os.path.basename(path), name))
-    definitions = sorted((b.line, n, b.kind) for n, b in analysis.inside.items()
-                         if b.kind in _DEFINITIONS and n not in analysis.outside)
+    definitions = sorted((b.line, n, b.kind) for n, b in analysis.definitions().items())
     if definitions:
         text += (" Spawn and forkserver children will also lack what that block defines: %s; "
                  "define %s at module level." % (
@@ -289,9 +256,9 @@ def _guard(test):
     consts = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
     if len(names) != 1 or len(consts) != 1:
         return 0
-    op = test.ops[0]
-    return 1 if isinstance(op, (ast.Eq, ast.Is)) else -1 if isinstance(
-        op, (ast.NotEq, ast.IsNot)) else 0
+    if isinstance(test.ops[0], (ast.Eq, ast.Is)):
+        return 1
+    return -1 if isinstance(test.ops[0], (ast.NotEq, ast.IsNot)) else 0
 
 
 def _scan(body, guard_line, analysis):
@@ -304,32 +271,24 @@ def _scan(body, guard_line, analysis):
                 analysis.guards.append(stmt.lineno)
                 guarded_body = stmt.body if sense == 1 else stmt.orelse
                 if guarded_body:
-                    analysis.spans.append((guarded_body[0].lineno, _last_line(guarded_body)))
+                    analysis.spans.append((guarded_body[0].lineno, guarded_body[-1].end_lineno))
             continue
-        for target in _bound(stmt):
-            _bind(analysis, target, stmt, guard_line)
-        for field in ("body", "orelse", "finalbody"):
-            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        for name, kind in _bound(stmt):
+            _bind(analysis, name, kind, stmt.lineno, guard_line)
+        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for field in ("body", "orelse", "finalbody"):
                 _scan(getattr(stmt, field, None) or (), guard_line, analysis)
         for handler in getattr(stmt, "handlers", None) or ():
             if handler.name:
-                _bind(analysis, (handler.name, "name"), handler, guard_line)
+                _bind(analysis, handler.name, "name", handler.lineno, guard_line)
             _scan(handler.body, guard_line, analysis)
         for case in getattr(stmt, "cases", None) or ():  # match (3.10+)
             _scan(case.body, guard_line, analysis)
 
 
-def _last_line(body):
-    last = body[-1]
-    return getattr(last, "end_lineno", None) or max(
-        getattr(n, "lineno", 0) for n in ast.walk(last))
-
-
-def _bind(analysis, target, node, guard_line):
-    name, kind = target
+def _bind(analysis, name, kind, line, guard_line):
     table = analysis.inside if guard_line is not None else analysis.outside
-    if name not in table:
-        table[name] = Binding(name, node.lineno, kind, guard_line)
+    table.setdefault(name, Binding(name, line, kind, guard_line))  # the first binding counts
 
 
 def _bound(stmt):

@@ -4,11 +4,8 @@ import pickle
 
 
 class MainReference(pickle.PicklingError):
-    """Not raised by pickle: marks an object pickled as a reference into ``__main__``.
-
-    guard: ``(path, Binding)`` when the name is bound only inside the main guard of the main
-    script (see ``mpcompat.diagnose.main_guard``), else None.
-    """
+    """Not raised by pickle: marks an object pickled as a reference into ``__main__``. guard:
+    ``(path, Binding)`` when the main script binds the name only inside its main guard."""
 
     guard = None
 

@@ -1,12 +1,9 @@
 """Notes added to errors where they happen: in multiprocessing's pickling and bootstrapping.
 
-The hooks in ``mpcompat.patches.mp_pickling_notes`` and ``mp_bootstrap_notes`` call in here
-only after an error has been raised; the error keeps its type and gains a note (``add_note`` on
-Python 3.11+; on 3.8-3.10 the note is appended to the message where that is safe, and kept in
-``__notes__`` always). Paths start from names the user passed: a Process's ``target``,
-``args[i]`` and ``kwargs[key]``; a DataLoader worker's ``dataset``, ``collate_fn`` and
-``worker_init_fn``; a Pool or executor task's function and arguments; the ``result`` (or
-``exception``) a Pool or executor worker sends back.
+The hooks (``mpcompat.patches.mp_pickling_notes``, ``mp_bootstrap_notes``) call in here only
+after an error was raised; it keeps its type and gains a note. Paths start from names the user
+passed: a Process's ``target``, ``args[i]``, ``kwargs[key]``; a DataLoader worker's ``dataset``
+and ``collate_fn``; a task's function and arguments; the ``result`` a worker sends back.
 """
 import sys
 import threading
@@ -43,12 +40,9 @@ _LIBRARY_MODULES = ("multiprocessing.", "concurrent.futures.", "torch.")
 
 
 def add_note(exc, text):
-    """Add ``text`` to ``exc`` without changing its type.
-
-    Python 3.11+: ``exc.add_note(text)``. Python 3.8-3.10: ``text`` joins ``exc.__notes__``
-    and, when the exception's message comes straight from a single string argument (the
-    default ``__str__``), is appended to that message so that tracebacks show it.
-    """
+    """Add ``text`` to ``exc`` without changing its type: ``exc.add_note`` on Python 3.11+; on
+    3.8-3.10 ``text`` joins ``exc.__notes__`` and, when the message comes straight from one
+    string argument (the default ``__str__``), that message, so that tracebacks show it."""
     if sys.version_info >= (3, 11):
         exc.add_note(text)
         return
@@ -96,9 +90,8 @@ def explanation_of(exc):
 
 
 class _Kept(object):
-    """Keeps a value in an exception's ``__dict__`` for this process only: a pickled copy of
-    the exception (a ProcessPoolExecutor worker sends its errors back) gets None instead, so
-    that the explanation, which holds the objects it explains, never stops it from pickling."""
+    """A value kept in an exception's ``__dict__`` for this process only: a pickled copy gets
+    None, so that the explanation (which holds what it explains) never stops it pickling."""
 
     __slots__ = ("value",)
 
@@ -107,6 +100,14 @@ class _Kept(object):
 
     def __reduce__(self):
         return type(None), ()
+
+
+def _first_note(exc):
+    """Mark ``exc`` as noted by mpcompat; False when it already was."""
+    if exc.__dict__.get(_MARK):
+        return False
+    exc.__dict__[_MARK] = True
+    return True
 
 
 def pickling_failed(exc, obj, pickler, protocol, where):
@@ -119,11 +120,9 @@ def pickling_failed(exc, obj, pickler, protocol, where):
         return
     _busy.active = True
     try:
-        if exc.__dict__.get(_MARK):
-            return
-        exc.__dict__[_MARK] = True
-        header, parts, name = _describe(obj, where)
-        _note_parts(exc, header, parts, name, pickler, protocol, obj)
+        if _first_note(exc):
+            header, parts, name = _describe(obj, where)
+            _note_parts(exc, header, parts, name, pickler, protocol, obj)
     except Exception:
         pass
     finally:
@@ -136,9 +135,8 @@ def parts_failed(exc, header, parts, name):
     ``name``) cannot be pickled, and why, under ``header``; False when all of it pickles.
     Never raises."""
     try:
-        if exc.__dict__.get(_MARK):
+        if not _first_note(exc):
             return True
-        exc.__dict__[_MARK] = True
         return _note_parts(exc, header, parts, name, None, None, None, probe=True)
     except Exception:
         return False
@@ -164,22 +162,30 @@ def _describe(obj, where):
     mp_process = sys.modules.get("multiprocessing.process")
     if where == "start" and mp_process is not None and isinstance(obj, mp_process.BaseProcess):
         return _describe_process(obj)
-    if where == "send":
-        task = _describe_task(obj)
-        if task is None:
-            task = _describe_result(obj)
-        if task is not None:
-            return task
+    task = (_describe_task(obj) or _describe_result(obj)) if where == "send" else None
+    if task is not None:
+        return task
     what = ("the data for a new process" if where == "start" else
             "an object sent to another process (a multiprocessing Queue, Pipe or Manager)")
     return ("Pickling %s failed." % what, [("obj", obj)], "obj")
+
+
+def _call_parts(func_name, func, args, kwargs, kwargs_name="kwargs"):
+    return ([(func_name, func)] + [("args[%d]" % i, a) for i, a in enumerate(args)]
+            + [("%s[%r]" % (kwargs_name, k), v) for k, v in kwargs.items()])
+
+
+def _chunk_parts(func_name, func, chunk):
+    return [(func_name, func)] + [("chunk[%d]" % j, item) for j, item in enumerate(chunk)]
 
 
 def _describe_process(process):
     state = process.__dict__
     target = state.get("_target")
     args, kwargs = tuple(state.get("_args") or ()), dict(state.get("_kwargs") or {})
-    method = _start_method()
+    context = sys.modules.get("multiprocessing.context")
+    method = getattr(context.get_spawning_popen() if context is not None else None, "method",
+                     None)
     kind, renames = "Process %r" % (state.get("_name"),), None
     known = _KNOWN_TARGETS.get((getattr(target, "__module__", None),
                                 getattr(target, "__qualname__", None)))
@@ -187,8 +193,13 @@ def _describe_process(process):
         kind, renames = known
     elif (getattr(target, "__module__", None) or "").startswith(_LIBRARY_MODULES):
         kind, renames = "%s process" % target.__qualname__, {}
-    parts = [("type(process)", type(process))]
-    bound = _bind(target, args, kwargs) if renames is not None else None
+    parts, bound = [("type(process)", type(process))], None
+    if renames is not None:  # a library target: name its arguments by its parameters
+        try:
+            import inspect
+            bound = dict(inspect.signature(target).bind(*args, **kwargs).arguments)
+        except Exception:
+            pass
     if bound is not None:
         if known is not None and target.__qualname__ == "_wrap" and "i" in bound:
             kind = "%s %s" % (kind, bound["i"])
@@ -196,13 +207,18 @@ def _describe_process(process):
             kind = "%s %s" % (kind, bound["worker_id"])
         parts += [(renames.get(p, p), v) for p, v in bound.items() if p not in _PLUMBING]
     else:
-        parts.append(("target", target))
-        parts += [("args[%d]" % i, a) for i, a in enumerate(args)]
-        parts += [("kwargs[%r]" % (k,), v) for k, v in kwargs.items()]
+        parts += _call_parts("target", target, args, kwargs)
     parts += [("process.%s" % k, v) for k, v in state.items() if k not in _PROCESS_ATTRS]
     header = ("%s could not be started%s: pickling it for the new process failed."
               % (kind, " (start method %r)" % method if method else ""))
     return header, parts, "process"
+
+
+def _pool_map(func):
+    """Whether ``func`` is the function of a Pool task that carries a chunk of a map."""
+    pool = sys.modules.get("multiprocessing.pool")
+    return pool is not None and func in (getattr(pool, "mapstar", None),
+                                         getattr(pool, "starmapstar", None))
 
 
 def _describe_task(obj):
@@ -211,37 +227,26 @@ def _describe_task(obj):
     if cls is tuple and len(obj) == 5 and type(obj[0]) is int and type(obj[3]) is tuple \
             and type(obj[4]) is dict:
         job, index, func, args, kwds = obj
-        pool = sys.modules.get("multiprocessing.pool")
-        header = "A task could not be sent to the Pool's worker processes: pickling it failed."
-        if pool is not None and func in (getattr(pool, "mapstar", None),
-                                         getattr(pool, "starmapstar", None)) \
-                and len(args) == 1 and type(args[0]) is tuple and len(args[0]) == 2:
-            user_func, chunk = args[0]
+        if _pool_map(func) and len(args) == 1 and type(args[0]) is tuple and len(args[0]) == 2:
             header = ("Task %s of a Pool map could not be sent to the worker processes: "
                       "pickling it failed (chunk[j] is item j of the chunk of the iterable this "
                       "task carries)." % (index,))
-            return header, [("func", user_func)] + [("chunk[%d]" % j, item)
-                                                     for j, item in enumerate(chunk)], "task"
-        parts = [("func", func)] + [("args[%d]" % i, a) for i, a in enumerate(args)]
-        parts += [("kwds[%r]" % (k,), v) for k, v in kwds.items()]
-        return header, parts, "task"
+            return header, _chunk_parts("func", *args[0]), "task"
+        header = "A task could not be sent to the Pool's worker processes: pickling it failed."
+        return header, _call_parts("func", func, args, kwds, "kwds"), "task"
     if cls.__name__ == "_CallItem" and cls.__module__ == "concurrent.futures.process":
         state = obj.__dict__
-        fn, args, kwargs = state.get("fn"), tuple(state.get("args") or ()), \
-            dict(state.get("kwargs") or {})
-        header = ("A task could not be sent to the ProcessPoolExecutor's worker processes: "
-                  "pickling it failed.")
+        fn, args = state.get("fn"), tuple(state.get("args") or ())
         chunked = getattr(fn, "func", None)
         if getattr(chunked, "__name__", None) == "_process_chunk" and len(fn.args) == 1 \
                 and len(args) == 1 and type(args[0]) is tuple:
             header = ("A task of ProcessPoolExecutor.map could not be sent to the worker "
                       "processes: pickling it failed (chunk[j] holds the arguments of call j "
                       "of this task's chunk).")
-            return header, [("fn", fn.args[0])] + [("chunk[%d]" % j, item)
-                                                   for j, item in enumerate(args[0])], "task"
-        parts = [("fn", fn)] + [("args[%d]" % i, a) for i, a in enumerate(args)]
-        parts += [("kwargs[%r]" % (k,), v) for k, v in kwargs.items()]
-        return header, parts, "task"
+            return header, _chunk_parts("fn", fn.args[0], args[0]), "task"
+        header = ("A task could not be sent to the ProcessPoolExecutor's worker processes: "
+                  "pickling it failed.")
+        return header, _call_parts("fn", fn, args, dict(state.get("kwargs") or {})), "task"
     return None
 
 
@@ -249,34 +254,28 @@ def _describe_result(obj):
     """Results sent back by Pool and ProcessPoolExecutor workers; None for anything else."""
     cls = type(obj)
     if cls.__name__ == "_ResultItem" and cls.__module__ == "concurrent.futures.process":
-        state = obj.__dict__
-        exception = state.get("exception")
-        if exception is not None:
-            return _EXCEPTION, [("exception", getattr(exception, "exc", exception))], \
-                "result"
+        exception = obj.__dict__.get("exception")
+        success = exception is None
+        value = obj.__dict__.get("result") if success else exception
         header = _RESULT
-        if _executor_chunked():
+        if success and _executor_chunked():
             header = ("The result of a task of ProcessPoolExecutor.map could not be sent back "
                       "to the main process: pickling it failed (result[j] is the result of call "
                       "j of this task's chunk).")
-        return header, [("result", state.get("result"))], "result"
-    if cls is tuple and len(obj) == 3 and type(obj[0]) is int and type(obj[1]) is int \
-            and type(obj[2]) is tuple and len(obj[2]) == 2 and type(obj[2][0]) is bool:
-        func = _pool_task()
-        if func is None:
-            return None  # not sent by a Pool worker: a tuple like any other
+    elif cls is tuple and len(obj) == 3 and type(obj[0]) is int and type(obj[1]) is int \
+            and type(obj[2]) is tuple and len(obj[2]) == 2 and type(obj[2][0]) is bool \
+            and _pool_task() is not None:  # else not sent by a Pool worker: any tuple
         success, value = obj[2]
-        if not success:
-            return _EXCEPTION, [("exception", getattr(value, "exc", value))], "result"
         header = _RESULT
-        pool = sys.modules.get("multiprocessing.pool")
-        if pool is not None and func in (getattr(pool, "mapstar", None),
-                                         getattr(pool, "starmapstar", None)):
+        if success and _pool_map(_pool_task()):
             header = ("The result of task %d of a Pool map could not be sent back to the main "
                       "process: pickling it failed (result[j] is the result for item j of the "
                       "chunk of the iterable this task carried)." % (obj[1],))
-        return header, [("result", value)], "result"
-    return None
+    else:
+        return None
+    if not success:
+        return _EXCEPTION, [("exception", getattr(value, "exc", value))], "result"
+    return header, [("result", value)], "result"
 
 
 _RESULT = ("The result of a task could not be sent back to the main process: pickling it "
@@ -305,22 +304,6 @@ def _executor_chunked():
     return False
 
 
-def _bind(target, args, kwargs):
-    """Map a library target's arguments to its parameter names; None if that fails."""
-    try:
-        import inspect
-        bound = inspect.signature(target).bind(*args, **kwargs)
-    except Exception:
-        return None
-    return dict(bound.arguments)
-
-
-def _start_method():
-    context = sys.modules.get("multiprocessing.context")
-    popen = context.get_spawning_popen() if context is not None else None
-    return getattr(popen, "method", None)
-
-
 def note_missing_attribute(exc):
     """In a child process: add to ``exc`` the note of
     :func:`mpcompat.diagnose.main_guard.explain_missing_attribute` (a name missing from the main
@@ -341,10 +324,7 @@ def note_missing_attribute(exc):
 def bootstrap_failed(exc):
     """Add the main-guard note to the "bootstrapping phase" RuntimeError. Never raises."""
     try:
-        if exc.__dict__.get(_MARK):
-            return
-        exc.__dict__[_MARK] = True
-        note = _bootstrap_note()
+        note = _bootstrap_note() if _first_note(exc) else None
         if note:
             add_note(exc, note)
     except Exception:
@@ -383,9 +363,6 @@ def _bootstrap_note():
         "Under spawn and forkserver, every child process imports the main module again (as "
         "__mp_main__), so code at module level runs again in each child, and this line tries "
         "to start yet another process there. Put the code that starts processes under a main "
-        "guard in %s:" % os.path.basename(filename), 92) + [
-        "",
-        '    if __name__ == "__main__":',
-        "        %s" % source,
-    ]
+        "guard in %s:" % os.path.basename(filename), 92)
+    lines += ["", '    if __name__ == "__main__":', "        " + source]
     return "\n".join(lines)

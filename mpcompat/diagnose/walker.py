@@ -1,13 +1,8 @@
 """``explain(obj)``: which parts of an object cannot be pickled, where they sit, and why.
 
-The walk follows the object the way pickle does: containers item by item, everything else
-through its reduction (copyreg's ``dispatch_table``, then ``__reduce_ex__``), so ``__getstate__``,
-``__slots__``, copyreg reducers and mpcompat's own reducers are all respected.
-
-It is built for large objects. The whole object is pickled first; only if that fails does the
-walk start, and at every level each subtree is pickled whole before the walk goes into it.
-Big containers are split in halves, and a half is known to fail without pickling it when its
-sibling pickles, so one offender among 30,000 entries costs a few pickles of the whole.
+The walk follows pickle (containers item by item, anything else through its reduction). Each
+subtree is pickled whole before the walk enters it and big containers are split in halves, so
+one offender among 30,000 entries costs a few pickles of the whole.
 """
 import collections
 import copyreg
@@ -22,27 +17,22 @@ from mpcompat.diagnose.names import MainReference, type_name as _type_name
 __all__ = ["explain", "assert_picklable", "Explanation", "Problem"]
 
 DEFAULT_LIMIT = 10
-# Deeper than this the walk stops and reports the subtree as a whole.
-_MAX_DEPTH = 60
-# Groups bigger than this are split in halves instead of pickled item by item.
-_GROUP = 8
+_MAX_DEPTH = 60  # deeper, the walk stops and reports the subtree as a whole
+_GROUP = 8  # bigger groups are split in halves instead of pickled item by item
 _REPR_MAX = 60
 
 _ATOMIC = frozenset([type(None), bool, int, float, complex, str, bytes, bytearray, range,
                      type(Ellipsis), type(NotImplemented)])
 _SEQUENCES = (list, tuple)
 _SETS = (set, frozenset)
+_CONTAINERS = _SEQUENCES + _SETS + (dict,)
 _MAIN_NAMES = ("__main__", "__mp_main__")
 
 
 class Problem(object):
-    """One part of the object that cannot be pickled.
-
-    path: where it sits, as Python would reach it (``loader.dataset.transforms[3].fh``).
-    type: its type (a class). error: the pickling error, ``"TypeError: cannot pickle ..."``.
-    hint: what to do about it (may span several lines), or None. exception: the exception.
-    what: a short description of the object (``"function 'make.<locals>.<lambda>'"``).
-    """
+    """One part that cannot be pickled: ``path`` (``loader.dataset.transforms[3].fh``),
+    ``type``, ``error`` (``"TypeError: cannot pickle ..."``), ``hint`` (or None), ``exception``
+    and ``what`` (a short description: ``"function 'make.<locals>.<lambda>'"``)."""
 
     __slots__ = ("path", "type", "error", "hint", "exception", "what")
 
@@ -71,19 +61,12 @@ class Problem(object):
 
 
 class Explanation(object):
-    """What :func:`explain` found; ``str()`` gives a readable report.
-
-    name: the name the paths start from. ok: whether the object pickles (and, when ``__main__``
-    cannot be imported by child processes, refers to nothing defined there). problems: a list
-    of :class:`Problem`. truncated: the walk stopped at the limit. error: the error of pickling
-    the whole object (None when ok).
-    """
+    """What :func:`explain` found (``str()``: a readable report): ``name`` (where paths start),
+    ``ok``, ``problems`` (:class:`Problem` list), ``truncated`` (stopped at the limit) and
+    ``error`` (of pickling the whole; None when ok)."""
 
     def __init__(self, name, problems, error=None, truncated=False):
-        self.name = name
-        self.problems = problems
-        self.error = error
-        self.truncated = truncated
+        self.name, self.problems, self.error, self.truncated = name, problems, error, truncated
         self.ok = not problems
 
     def format(self, header=None, known=None):
@@ -94,9 +77,7 @@ class Explanation(object):
         count = len(self.problems)
         first = header or "%s cannot be pickled: %d problem%s found." % (
             self.name, count, "" if count == 1 else "s")
-        lines = _wrap(first, 92)
-        for problem in self.problems:
-            lines.append(problem.format(known=known))
+        lines = _wrap(first, 92) + [problem.format(known=known) for problem in self.problems]
         if self.truncated:
             lines.append("  (stopped after %d problems; there may be more: "
                          "explain(..., limit=N) looks further)" % count)
@@ -114,10 +95,9 @@ class Explanation(object):
 def explain(obj, name="obj", limit=DEFAULT_LIMIT, protocol=None):
     """Explain why ``obj`` cannot be pickled (by the standard pickler with copyreg's table).
 
-    Returns an :class:`Explanation`: ``.ok``, ``.problems`` (each with ``.path``, ``.type``,
-    ``.error`` and ``.hint``) and a readable ``str()``. Paths start at ``name`` and read like
-    Python: ``name.attr``, ``name['key']``, ``name[3]``. At most ``limit`` problems are listed.
-    An object that pickles is checked in one ``pickle.dumps``.
+    Returns an :class:`Explanation` of at most ``limit`` problems, with paths that start at
+    ``name`` and read like Python (``name.attr``, ``name['key']``, ``name[3]``). An object that
+    pickles costs one ``pickle.dumps``.
     """
     return explain_parts([(name, obj)], name=name, limit=limit, protocol=protocol)
 
@@ -133,23 +113,24 @@ def explain_parts(parts, name="obj", limit=DEFAULT_LIMIT, protocol=None, pickler
                   error=None, check_main=None, whole=None):
     """Explain a list of ``(path, object)`` parts that are pickled together.
 
-    pickler: a Pickler class to pickle with (e.g. multiprocessing's ForkingPickler, whose extra
-    reducers then count); None for ``pickle.dumps``. error: the exception already raised by
-    pickling the whole, which skips the first whole pickle. check_main: whether references to
-    ``__main__`` count as problems; None decides from whether children can import ``__main__``
-    (and, when they can, counts references to what the main script defines only inside
-    ``if __name__ == "__main__":``, which the children do not run).
+    pickler: a Pickler class to pickle with (e.g. ForkingPickler, whose extra reducers then
+    count); None for ``pickle.dumps``. error: the exception pickling the whole already raised
+    (saves a pickle). check_main: whether references to ``__main__`` are problems; None: when
+    children cannot import ``__main__``, else only references to what the main script defines
+    inside ``if __name__ == "__main__":``, which children do not run.
     whole: the object the parts come from, reported as ``name`` if no part is found at fault.
     """
-    if protocol is None:
-        protocol = pickle.DEFAULT_PROTOCOL
+    protocol = pickle.DEFAULT_PROTOCOL if protocol is None else protocol
     guarded = ()
     if check_main is None:
         check_main = main_unimportable()
         if not check_main:
-            guarded = _guarded_names()
-    walker = _Walker(_dumps_with(pickler, protocol), _dispatch_table(pickler), protocol, limit,
-                     check_main, guarded)
+            from mpcompat.diagnose.main_guard import guarded_definitions
+            try:
+                guarded = guarded_definitions()
+            except Exception:  # a main script that cannot be read or parsed: no names to give
+                pass
+    walker = _Walker(pickler, protocol, limit, check_main, guarded)
     if whole is None:
         whole = [obj for _, obj in parts] if len(parts) != 1 else parts[0][1]
     if error is None:
@@ -172,18 +153,16 @@ def explain_parts(parts, name="obj", limit=DEFAULT_LIMIT, protocol=None, pickler
             sys.setrecursionlimit(limit_before)
     if not walker.problems:
         walker.record(whole, (None, name, 0), error, None)
-    problems = walker.sorted_problems()
+    # In the order pickle meets them (the walk visits big parts last).
+    problems = [problem for _, problem in sorted(walker.problems, key=lambda found: found[0])]
     return Explanation(name, problems, _error_text(error) if problems else None,
                        walker.truncated)
 
 
 def main_unimportable():
-    """Whether spawn/forkserver children of this process fail to import ``__main__``'s objects.
-
-    Mirrors ``multiprocessing.spawn``: a main module run by name (``python -m pkg.mod``) or from
-    a file is imported again in each child; ``python -c``, the REPL, notebooks (no file) and
-    ``python -m pkg`` (``pkg.__main__``, which children skip) are not.
-    """
+    """Whether spawn/forkserver children of this process fail to import ``__main__``'s objects:
+    as ``multiprocessing.spawn``, true for ``python -c``, the REPL, notebooks and ``python -m
+    pkg`` (``pkg.__main__``, which children skip)."""
     import os
     main = sys.modules.get("__main__")
     if main is None:
@@ -192,27 +171,21 @@ def main_unimportable():
     if spec_name is not None:
         return spec_name == "__main__" or spec_name.endswith(".__main__")
     path = getattr(main, "__file__", None)
-    if not path:
-        return True
-    return os.path.splitext(os.path.basename(path))[0] == "ipython"
+    return not path or os.path.splitext(os.path.basename(path))[0] == "ipython"
 
 
-def _guarded_names():
-    """The classes and functions the main script defines only under its main guard."""
-    from mpcompat.diagnose.main_guard import guarded_definitions
-    try:
-        return guarded_definitions()
-    except Exception:  # a main script that cannot be read or parsed: no names to give
-        return ()
-
-
-def _guarded_reference(target):
-    """A MainReference for ``target`` if the main script binds its name only under its main
-    guard, else None."""
+def _main_reference(target, check_main):
+    """The MainReference to report for ``target``, pickled as a reference into ``__main__``;
+    None when children can import it (``check_main`` false and not bound only under the main
+    guard)."""
+    if check_main:
+        return MainReference(
+            "%s is pickled as a reference to __main__.%s, which child processes started by "
+            "spawn or forkserver cannot import" % (describe(target), target.__qualname__))
     import os
     from mpcompat.diagnose import main_guard
     path = main_guard.main_file()
-    binding = main_guard.guarded(target.__qualname__, path) if path else None
+    binding = main_guard.guarded(target.__qualname__, path)
     if binding is None:
         return None
     exc = MainReference(
@@ -223,52 +196,23 @@ def _guarded_reference(target):
     return exc
 
 
-def _dumps_with(pickler, protocol):
-    if pickler is None:
-        return functools.partial(pickle.dumps, protocol=protocol)
-
-    def dumps(obj):
-        buf = io.BytesIO()
-        pickler(buf, protocol).dump(obj)
-        return buf.getbuffer()
-    return dumps
+def _dump_with(pickler, protocol, obj):
+    buf = io.BytesIO()
+    pickler(buf, protocol).dump(obj)
+    return buf.getbuffer()
 
 
-def _dispatch_table(pickler):
-    table = copyreg.dispatch_table
-    extra = getattr(pickler, "_extra_reducers", None) if pickler is not None else None
-    if extra:
-        table = dict(table)
-        table.update(extra)
-    return table
+def _key_segment(key):  # path segments are formatted only when a problem is reported
+    return "[%s]" % _short_repr(key)
 
 
-class _Key(object):
-    """A mapping key in a path, formatted only when a problem is reported."""
-
-    __slots__ = ("key",)
-
-    def __init__(self, key):
-        self.key = key
-
-    def __str__(self):
-        return "[%s]" % _short_repr(self.key)
-
-
-class _FlatIndex(object):
-    """An index into a numpy array, given flat, formatted as ``[i, j]``."""
-
-    __slots__ = ("flat", "shape")
-
-    def __init__(self, flat, shape):
-        self.flat, self.shape = flat, shape
-
-    def __str__(self):
-        index, rest = [], self.flat
-        for size in reversed(self.shape):
-            rest, i = divmod(rest, size)
-            index.append(i)
-        return "[%s]" % ", ".join(str(i) for i in reversed(index))
+def _flat_index(flat, shape):
+    """The path segment ``[i, j]`` of a numpy array's item ``flat``."""
+    index = []
+    for size in reversed(shape):
+        flat, i = divmod(flat, size)
+        index.append(str(i))
+    return "[%s]" % ", ".join(reversed(index))
 
 
 def _wrap(text, width):
@@ -285,27 +229,6 @@ def _wrap(text, width):
     return lines
 
 
-def _segment(segment):
-    return "[%d]" % segment if type(segment) is int else str(segment)
-
-
-def format_path(path):
-    """Turn a walk path (nested ``(parent, segment, position)`` tuples) into text."""
-    parts = []
-    while path is not None:
-        path, segment, _ = path
-        parts.append(_segment(segment))
-    return "".join(reversed(parts))
-
-
-def _positions(path):
-    positions = []
-    while path is not None:
-        path, _, position = path
-        positions.append(position)
-    return tuple(reversed(positions))
-
-
 def _short_repr(value):
     try:
         text = repr(value)
@@ -315,13 +238,11 @@ def _short_repr(value):
 
 
 def _error_text(exc):
-    if exc is None:
-        return None
     try:
-        text = str(exc)
+        text = str(exc).strip()
     except Exception:
         text = "<unprintable>"
-    text = text.strip().splitlines()[0] if text.strip() else ""
+    text = text.splitlines()[0] if text else ""
     if len(text) > 300:
         text = text[:297] + "..."
     return "%s: %s" % (type(exc).__name__, text) if text else type(exc).__name__
@@ -351,45 +272,36 @@ def _opaque_types():
              weakref.WeakKeyDictionary, weakref.WeakSet, weakref.finalize,
              types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType]
     for module, names in (("queue", ("Queue",)), ("socket", ("socket",)),
-                          ("sqlite3", ("Connection", "Cursor")), ("torch", ("Tensor",))):
+                          ("sqlite3", ("Connection", "Cursor")), ("torch", ("Tensor",)),
+                          ("numpy", ("generic",)), ("torch.jit", ("ScriptModule",
+                                                                  "ScriptFunction"))):
         mod = sys.modules.get(module)
         found += [getattr(mod, n) for n in names if isinstance(getattr(mod, n, None), type)]
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        found.append(numpy.generic)
-    jit = getattr(sys.modules.get("torch"), "jit", None)
-    found += [t for t in (getattr(jit, "ScriptModule", None), getattr(jit, "ScriptFunction", None))
-              if isinstance(t, type)]
     return tuple(found)
 
 
 def _is_leaf(obj, cls, opaque):
-    if cls is types.FunctionType or cls is types.ModuleType or isinstance(obj, type):
-        return True
-    if isinstance(obj, opaque):
+    if cls is types.FunctionType or cls is types.ModuleType or isinstance(obj, (type, opaque)):
         return True
     numpy = sys.modules.get("numpy")
     return numpy is not None and isinstance(obj, numpy.ndarray) and not obj.dtype.hasobject
 
 
-def _weight(obj):
-    cls = type(obj)
-    if cls in _SEQUENCES or cls in _SETS or cls is dict:
-        return len(obj)
-    return 1
-
-
 class _Walker(object):
     """One walk: the objects seen, those found failing, and the problems so far."""
 
-    def __init__(self, dumps, dispatch, protocol, limit, check_main, guarded=()):
-        self.dumps, self.dispatch, self.protocol = dumps, dispatch, protocol
-        self.limit, self.check_main = limit, check_main
+    def __init__(self, pickler, protocol, limit, check_main, guarded=()):
+        if pickler is None:
+            self.dumps = functools.partial(pickle.dumps, protocol=protocol)
+        else:
+            self.dumps = functools.partial(_dump_with, pickler, protocol)
+        extra = getattr(pickler, "_extra_reducers", None)
+        self.dispatch = {**copyreg.dispatch_table, **extra} if extra else copyreg.dispatch_table
+        self.protocol, self.limit, self.check_main = protocol, limit, check_main
         # Names (as bytes) defined only under the main script's guard: a pickle that holds
         # "__main__" and one of them may refer to what children cannot import.
         self.guarded = tuple(name.encode("utf-8") for name in guarded)
-        self.problems = []
-        self.positions = []    # per problem: the child positions along its path
+        self.problems = []     # (the child positions along its path, Problem)
         self.truncated = False
         self.seen = set()      # ids walked, or found to pickle
         self.failing = set()   # ids whose failure is accounted for by a problem
@@ -403,21 +315,21 @@ class _Walker(object):
             data = self.dumps(obj)
         except Exception as exc:
             return exc
-        if self.check_main and b"__main__" in bytes(data):
+        raw = bytes(data) if self.check_main or self.guarded else b""
+        if b"__main__" not in raw:
+            return None
+        if self.check_main:
             return MainReference("pickles a reference to __main__, which child processes "
                                  "cannot import")
-        if self.guarded:
-            raw = data if type(data) is bytes else bytes(data)
-            if b"__main__" in raw and any(name in raw for name in self.guarded):
-                return MainReference("pickles a reference to __main__ that may be defined "
-                                     "under its main guard")
+        if any(name in raw for name in self.guarded):
+            return MainReference("pickles a reference to __main__ that may be defined "
+                                 "under its main guard")
         return None
 
     def done(self):
         if len(self.problems) >= self.limit:
             self.truncated = True
-            return True
-        return False
+        return self.truncated
 
     def walk(self, obj, path, exc, depth):
         """Walk ``obj``, which fails to pickle with ``exc`` (None: presumed to fail).
@@ -469,16 +381,13 @@ class _Walker(object):
         if len(items) > _GROUP:
             half = len(items) // 2
             left, right = items[:half], items[half:]
-            found = False
-            if self.probe([item[1] for item in left]) is not None:
-                found = self.group(left, path, depth, True)
-            if found or not presumed:
-                if self.probe([item[1] for item in right]) is not None:
-                    found = self.group(right, path, depth, True) or found
-            else:
-                found = self.group(right, path, depth, True)
-            return found
-        items.sort(key=lambda item: _weight(item[1]))
+            found = (self.probe([item[1] for item in left]) is not None
+                     and self.group(left, path, depth, True))
+            # Presumed to hold a failing item, and the left half does not: the right half does.
+            if (found or not presumed) and self.probe([item[1] for item in right]) is None:
+                return found
+            return self.group(right, path, depth, True) or found
+        items.sort(key=lambda item: len(item[1]) if type(item[1]) in _CONTAINERS else 1)
         found = False
         last = len(items) - 1
         for index, (segment, child, position) in enumerate(items):
@@ -516,11 +425,8 @@ class _Walker(object):
             return [("{%d}" % i, item) for i, item in enumerate(obj)], None
         numpy = sys.modules.get("numpy")
         if numpy is not None and isinstance(obj, numpy.ndarray):  # dtype=object
-            flat = obj.ravel(order="C")
-            shape = obj.shape
-            if len(shape) == 1:
-                return list(enumerate(flat.tolist())), None
-            return [(_FlatIndex(i, shape), item) for i, item in enumerate(flat.tolist())], None
+            return [(functools.partial(_flat_index, i, obj.shape), item)
+                    for i, item in enumerate(obj.ravel(order="C").tolist())], None
         if isinstance(obj, functools.partial):
             culprit = self._class_culprit(cls)
             if culprit is not None:
@@ -530,34 +436,25 @@ class _Walker(object):
             children += [(".keywords[%s]" % _short_repr(k), v) for k, v in obj.keywords.items()]
             return children, None
         reducer = self.dispatch.get(cls)
-        if reducer is not None:
-            rv = reducer(obj)
-        else:
-            rv = obj.__reduce_ex__(self.protocol)
+        rv = reducer(obj) if reducer is not None else obj.__reduce_ex__(self.protocol)
         if isinstance(rv, str):
             return [], None  # pickled by reference: a leaf
         self.keep.append(rv)
         return self._reduce_children(obj, cls, rv)
 
     def _class_culprit(self, klass):
-        if klass in self.class_errors:
-            exc = self.class_errors[klass]
-        else:
-            exc = self.class_errors[klass] = self.probe(klass)
+        if klass not in self.class_errors:
+            self.class_errors[klass] = self.probe(klass)
+        exc = self.class_errors[klass]
         return None if exc is None else (klass, exc)
 
     def _reduce_children(self, obj, cls, rv):
-        func, args = rv[0], rv[1] if len(rv) > 1 else ()
-        state = rv[2] if len(rv) > 2 else None
-        listitems = rv[3] if len(rv) > 3 else None
-        dictitems = rv[4] if len(rv) > 4 else None
-        children = []
-        protocol_text = ".__reduce_ex__(%d)" % self.protocol
+        func, args, state, listitems, dictitems = (tuple(rv) + (None,) * 5)[:5]
         args = tuple(args) if args is not None else ()
+        children, rebuilder = [], None
+        protocol_text = ".__reduce_ex__(%d)" % self.protocol
         if func is copyreg.__newobj__ and args and isinstance(args[0], type):
-            culprit = self._class_culprit(args[0])
-            if culprit is not None:
-                return [], culprit
+            rebuilder = args[0]
             fields = getattr(cls, "_fields", None) if issubclass(cls, tuple) else None
             for i, arg in enumerate(args[1:]):
                 if fields is not None and i < len(fields) and isinstance(fields[i], str):
@@ -567,9 +464,7 @@ class _Walker(object):
                 else:
                     children.append((".__getnewargs__()[%d]" % i, arg))
         elif func is getattr(copyreg, "__newobj_ex__", None) and len(args) == 3:
-            culprit = self._class_culprit(args[0]) if isinstance(args[0], type) else None
-            if culprit is not None:
-                return [], culprit
+            rebuilder = args[0]
             children += [(".__getnewargs_ex__()[0][%d]" % i, a) for i, a in enumerate(args[1])]
             children += [(".__getnewargs_ex__()[1][%s]" % _short_repr(k), v)
                          for k, v in dict(args[2]).items()]
@@ -579,21 +474,23 @@ class _Walker(object):
             children.append((".default_factory", args[0]))
         else:
             if isinstance(func, type):
-                culprit = self._class_culprit(func)
-                if culprit is not None:
-                    return [], culprit
+                rebuilder = func
             else:
                 children.append(("%s[0]" % protocol_text, func))
             children += [("%s[1][%d]" % (protocol_text, i), a) for i, a in enumerate(args)]
+        culprit = self._class_culprit(rebuilder) if isinstance(rebuilder, type) else None
+        if culprit is not None:
+            return [], culprit
         if state is not None:
-            children += self._state_children(state, protocol_text)
+            children += self._state_children(state)
         if listitems is not None:
             children += list(enumerate(listitems))
         if dictitems is not None:
             children += self._mapping_children(list(dictitems))
         return children, None
 
-    def _state_children(self, state, protocol_text):
+    @staticmethod
+    def _state_children(state):
         if (type(state) is tuple and len(state) == 2
                 and all(s is None or type(s) is dict for s in state)):
             parts = [s for s in state if s]  # (__dict__, slots) from __slots__ classes
@@ -601,14 +498,9 @@ class _Walker(object):
             parts = [state]
         else:
             return [(".__getstate__()", state)]
-        children = []
-        for part in parts:
-            for key, value in part.items():
-                if type(key) is str and key.isidentifier():
-                    children.append(("." + key, value))
-                else:
-                    children.append((".__dict__[%s]" % _short_repr(key), value))
-        return children
+        return [("." + key if type(key) is str and key.isidentifier()
+                 else ".__dict__[%s]" % _short_repr(key), value)
+                for part in parts for key, value in part.items()]
 
     @staticmethod
     def _mapping_children(items):
@@ -616,7 +508,7 @@ class _Walker(object):
         for index, (key, value) in enumerate(items):
             if type(key) not in _ATOMIC:
                 children.append(("<key %d>" % index, key))
-            children.append((_Key(key), value))
+            children.append((functools.partial(_key_segment, key), value))
         return children
 
     def record(self, obj, path, exc, culprit):
@@ -630,32 +522,26 @@ class _Walker(object):
             target = culprit if culprit is not None else obj
             module = getattr(target, "__module__", None) if (
                 isinstance(target, type) or type(target) is types.FunctionType) else None
-            if module not in _MAIN_NAMES:
-                return False  # some other mention of "__main__" in the data
-            if self.check_main:
-                exc = MainReference(
-                    "%s is pickled as a reference to __main__.%s, which child processes "
-                    "started by spawn or forkserver cannot import" % (describe(target),
-                                                                      target.__qualname__))
-            else:
-                exc = _guarded_reference(target)
-                if exc is None:
-                    return False  # defined where children import it from
+            # Else some other mention of "__main__" in the data, or defined where children
+            # import it from.
+            exc = _main_reference(target, self.check_main) if module in _MAIN_NAMES else None
+            if exc is None:
+                return False
         self.failing.add(id(obj))
         if self.done():
             return True
         from mpcompat.diagnose.hints import hint_for
-        text = format_path(path)
+        steps = []
+        while path is not None:
+            path, segment, position = path
+            steps.append((segment, position))
+        steps.reverse()
+        text = "".join("[%d]" % segment if type(segment) is int else
+                       segment() if callable(segment) else str(segment) for segment, _ in steps)
         try:
             hint = hint_for(obj, exc, text, culprit)
         except Exception:
             hint = None
-        self.problems.append(Problem(text, type(obj), _error_text(exc), hint, exc,
-                                     describe(obj)))
-        self.positions.append(_positions(path))
+        problem = Problem(text, type(obj), _error_text(exc), hint, exc, describe(obj))
+        self.problems.append((tuple(position for _, position in steps), problem))
         return True
-
-    def sorted_problems(self):
-        """The problems in the order pickle meets them (the walk visits big parts last)."""
-        order = sorted(range(len(self.problems)), key=self.positions.__getitem__)
-        return [self.problems[i] for i in order]

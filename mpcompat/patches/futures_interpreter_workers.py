@@ -1,23 +1,9 @@
-"""Patch ``concurrent_futures.interpreter_workers``: an ``InterpreterPoolExecutor`` (Python
-3.14+) task whose arguments or result cannot be sent between interpreters says what and why.
+"""Patch ``concurrent_futures.interpreter_workers``: an ``InterpreterPoolExecutor`` (3.14+) task
+whose arguments or result cannot be sent between interpreters says what and why (patches.md).
 
-What is not natively shareable travels between interpreters by pickle. When it cannot, CPython
-raises ``NotShareableError: (Queue(1), <function f>, ({...},), {}) does not support
-cross-interpreter data`` (an argument) or ``NotShareableError: object does not support
-cross-interpreter data`` (a result): no path, no reason.
-
-``WorkerContext.run`` (in the thread that hands a task to its interpreter) is wrapped:
-- It sends the call as ``call_and_pack(fn, args, kwargs)``, a module-level function here that
-  runs in the worker interpreter, calls ``fn``, and returns a result of a natively shareable
-  type (None, bool, int, float, str, bytes) as it is, any other pickled (such a result was
-  pickled anyway). A result that cannot be pickled raises there, with mpcompat's note naming
-  its path (``result[...]``), and reaches the caller as the task's exception. The wrapper
-  unpickles what came back pickled.
-- A ``NotShareableError`` of the call itself: the task's ``fn``, ``args`` and ``kwargs`` are
-  walked here and the note names the path (``args[0]['a'].lock``) and the fix.
-
-Exceptions raised by ``fn`` pass through unchanged. Plain functions, no wrapt: the standard
-library patches do not import it.
+``WorkerContext.run`` is wrapped (plain functions: standard-library patches never import wrapt):
+it sends the call as :func:`call_and_pack`, which pickles the result in the worker interpreter,
+and names the path of what a ``NotShareableError`` of the call could not send.
 """
 import functools
 import pickle
@@ -25,22 +11,13 @@ import pickle
 from mpcompat.patching.patcher import Patcher
 
 patcher = Patcher()
-
-_ARGS = ("A task could not be sent to the InterpreterPoolExecutor's interpreters: pickling it "
-         "failed.")
-_RESULT = ("The result of a task could not be sent back from its interpreter: pickling it "
-           "failed.")
-
-
 # Results of these exact types are shared natively, without pickle: passed on as they are.
 _SHAREABLE = (type(None), bool, int, float, str, bytes)
 
 
 def call_and_pack(fn, args, kwargs):
-    """In a worker interpreter: ``fn(*args, **kwargs)``, as ``(False, result)`` when the result
-    is natively shareable, else ``(True, pickled result)``. A result that cannot be pickled
-    raises its pickling error with mpcompat's note. (Pickles of tasks name this function: it
-    stays at this path.)"""
+    """In a worker interpreter: ``fn(*args, **kwargs)`` as ``(False, result)`` when natively
+    shareable, else ``(True, pickled result)``. (Pickles of tasks name it: it stays here.)"""
     result = fn(*args, **kwargs)
     if type(result) in _SHAREABLE:
         return False, result
@@ -48,7 +25,8 @@ def call_and_pack(fn, args, kwargs):
         return True, pickle.dumps(result, pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         from mpcompat.diagnose.notes import parts_failed
-        parts_failed(exc, _RESULT, [("result", result)], "result")
+        parts_failed(exc, "The result of a task could not be sent back from its interpreter: "
+                     "pickling it failed.", [("result", result)], "result")
         raise
 
 
@@ -64,7 +42,8 @@ def _run(original, not_shareable):
             from mpcompat.diagnose.notes import parts_failed
             parts = [("fn", fn)] + [("args[%d]" % i, a) for i, a in enumerate(args)]
             parts += [("kwargs[%r]" % (k,), v) for k, v in kwargs.items()]
-            parts_failed(exc, _ARGS, parts, "task")
+            parts_failed(exc, "A task could not be sent to the InterpreterPoolExecutor's "
+                         "interpreters: pickling it failed.", parts, "task")
             raise
         pickled, value = packed
         return pickle.loads(value) if pickled else value

@@ -1,47 +1,22 @@
 """Patch ``concurrent_futures.stuck_waits``: a ``concurrent.futures`` future waited for too long
-dumps the stacks of this process and of its worker processes (``MPCOMPAT_HANG_DUMP``).
+dumps the stacks of this process and of its worker processes (``MPCOMPAT_HANG_DUMP``; see
+``mpcompat.workers.hang_watch``).
 
-Off unless ``MPCOMPAT_HANG_DUMP=SECONDS`` is set: futures that take long are common and
-legitimate, and a stack dump there would be noise. When unset the patch is "not needed" and
-nothing is wrapped. See ``mpcompat.workers.hang_watch`` for the watchdog and the dump.
-
-On ``concurrent.futures._base`` (plain functions, ``functools.wraps``):
-- ``Future.result`` and ``Future.exception``: a call on a future that is not done, without a
-  timeout or with one of SECONDS or more, is registered with the watchdog (``Executor.map``
-  waits through ``result`` too).
-- ``wait``: registered likewise; each future that completes is progress.
-- ``as_completed``: each step that waits for the next future is registered; each future it
-  yields ends that wait.
-The same functions are put in place of the originals on the ``concurrent.futures`` package
-(``from concurrent.futures import wait``). A future does not know its executor: the workers
-asked for their stacks are the live ``multiprocessing`` children of this process (the
-ProcessPoolExecutor workers among them); ThreadPoolExecutor workers are threads of this
-process and appear in its own dump.
+On ``concurrent.futures._base`` (plain functions), and on the package where it holds the same
+functions: ``Future.result`` and ``Future.exception`` (``Executor.map`` too), ``wait`` (each
+future that completes is progress) and each step of ``as_completed``: a call that may block is
+watched. A future does not know its executor: the workers asked for their stacks are every live
+``multiprocessing`` child; ThreadPoolExecutor workers are threads, in the process's own dump.
 """
 import functools
 import sys
 
 from mpcompat.patches import Skip
 from mpcompat.patching.patcher import Patcher
+from mpcompat.workers import hang_watch
 
 NAME = "concurrent_futures.stuck_waits"
 patcher = Patcher()
-
-
-def _workers(obj):
-    return sys.modules["mpcompat.workers.hang_watch"].children()
-
-
-def _describe_future(future):
-    return "%r" % (future,)
-
-
-def _describe_wait(args):
-    fs, return_when = args
-    total, done = _count(fs)
-    return "concurrent.futures.wait(return_when=%s) on %s future%s, %s done" % (
-        return_when, "?" if total is None else total, "" if total == 1 else "s",
-        "?" if done is None else done)
 
 
 def _count(fs):
@@ -51,53 +26,36 @@ def _count(fs):
     return len(items), sum(1 for f in items if f.done())
 
 
-def _wait_progress(args):
-    return _count(args[0])[1]
+def _describe_wait(args):
+    total, done = _count(args[0])
+    return "concurrent.futures.wait(return_when=%s) on %s future%s, %s done" % (
+        args[1], "?" if total is None else total, "" if total == 1 else "s",
+        "?" if done is None else done)
 
 
-def _describe_next(state):
-    return "the next future from concurrent.futures.as_completed (%d yielded so far)" % (
-        state[0],)
+_FUTURE = hang_watch.kind(repr, hang_watch.children)
+_WAIT = hang_watch.kind(_describe_wait, hang_watch.children, lambda args: _count(args[0])[1])
+_NEXT = hang_watch.kind(lambda state: "the next future from concurrent.futures.as_completed "
+                        "(%d yielded so far)" % state[0], hang_watch.children)
 
 
-# What the dump says about each kind of wait (see mpcompat.workers.hang_watch.kind).
-_FUTURE = (_describe_future, _workers, None)
-_WAIT = (_describe_wait, _workers, _wait_progress)
-_NEXT = (_describe_next, _workers, None)
-
-
-def _wrap_method(original, settled, hang_watch):
-    watched, short = hang_watch.call_watched, hang_watch.short
-
-    @functools.wraps(original)
-    def method(self, timeout=None):
-        try:
-            if self._state in settled or (timeout is not None and short(timeout)):
-                return original(self, timeout)
-            return watched(self, _FUTURE, original, self, timeout)
-        finally:
-            self = None  # as the original does: no cycle through a raised exception's frames
-    return method
-
-
-def _wrap_wait(original, module, hang_watch):
-    watched, short = hang_watch.call_watched, hang_watch.short
-
+def _wrap_wait(original, module):
     @functools.wraps(original)
     def wait(fs, timeout=None, return_when=module.ALL_COMPLETED):
-        if timeout is not None and short(timeout):
+        if hang_watch.short(timeout):
             return original(fs, timeout, return_when)
-        return watched((fs, return_when), _WAIT, original, fs, timeout, return_when)
+        return hang_watch.call_watched((fs, return_when), _WAIT, original, fs, timeout,
+                                       return_when)
     return wait
 
 
-def _wrap_as_completed(original, hang_watch):
-    enter, leave, short = hang_watch.enter, hang_watch.leave, hang_watch.short
+def _wrap_as_completed(original):
+    enter, leave = hang_watch.enter, hang_watch.leave
 
     @functools.wraps(original)
     def as_completed(fs, timeout=None):
         steps = original(fs, timeout)
-        watched = timeout is None or not short(timeout)
+        watched = not hang_watch.short(timeout)
         state = [0]
         box = []  # the future on its way out: the frame holds none across the yield
         try:
@@ -119,9 +77,6 @@ def _wrap_as_completed(original, hang_watch):
 def apply(module):
     """Wrap ``Future.result``/``exception``, ``wait`` and ``as_completed`` of
     ``concurrent.futures._base``. "Not needed" when MPCOMPAT_HANG_DUMP is unset."""
-    # Only called when MPCOMPAT_HANG_DUMP is set (the manager answers "not needed" otherwise,
-    # before this module is even imported); require() checks the value.
-    from mpcompat.workers import hang_watch
     hang_watch.require()
     future = module.__dict__.get("Future")
     if not isinstance(future, type):
@@ -133,11 +88,11 @@ def apply(module):
     settled = frozenset((module.FINISHED, module.CANCELLED, module.CANCELLED_AND_NOTIFIED))
     hang_watch.arm_workers(NAME)
     for name in ("result", "exception"):
-        patcher.replace(future, name, _wrap_method(patcher.original(future, name), settled,
-                                                   hang_watch))
+        patcher.replace(future, name, hang_watch.watched_method(
+            patcher.original(future, name), _FUTURE, lambda f: f._state in settled))
     package = sys.modules.get("concurrent.futures")
-    for name, factory in (("wait", lambda f: _wrap_wait(f, module, hang_watch)),
-                          ("as_completed", lambda f: _wrap_as_completed(f, hang_watch))):
+    for name, factory in (("wait", lambda f: _wrap_wait(f, module)),
+                          ("as_completed", _wrap_as_completed)):
         original = patcher.original(module, name)
         ours = patcher.replace(module, name, factory(original))
         if package is not None and package.__dict__.get(name) is original:
@@ -147,7 +102,5 @@ def apply(module):
 def revert(module):
     """Put back the original functions where ours are still in place (also on the
     ``concurrent.futures`` package)."""
-    hang_watch = sys.modules.get("mpcompat.workers.hang_watch")
-    if hang_watch is not None:
-        hang_watch.disarm_workers(NAME)
+    hang_watch.disarm_workers(NAME)
     patcher.restore(module)

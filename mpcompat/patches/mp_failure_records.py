@@ -1,22 +1,18 @@
 """Patch ``multiprocessing.failure_records``: the channel that carries a child's start-up error
-to its parent (``mpcompat.workers.child_failures``), and the parent's word on a plain Process.
+to its parent (``mpcompat.workers.child_failures``), and the parent's word on a plain Process
+(patches.md).
 
 - ``BaseProcess.start`` opens this process's channel before its first child starts, and drops
-  a record that an earlier child with the new child's pid left untaken.
-- ``spawn.get_preparation_data`` adds the channel's address to what a spawn or forkserver child
-  is sent first; the child's ``spawn.prepare`` hands it to ``child_failures`` before it imports
-  the main module (where mpcompat activates only then, from the script's own ``import
-  mpcompat``, ``apply`` reads it from the running ``spawn._main``). ``prepare`` and the import
-  of the main module (``_fixup_main_from_path``, ``_fixup_main_from_name``) also say what the
-  child is doing, the step its record names (:func:`step`).
-- ``BaseProcess.join``: a plain ``Process`` (one whose target is not a Pool's, an executor's or
-  torch's worker: those name their workers' causes in their own errors) that exits non-zero
-  after recording why is named once in the parent, as one ``MpcompatWarning`` per cause with
-  the child's error and mpcompat's notes (the child's own traceback points here instead of
-  repeating them).
+  a record an earlier child with the new child's pid left untaken.
+- ``spawn.get_preparation_data`` sends the channel's address to a spawn or forkserver child,
+  whose ``spawn.prepare`` hands it to ``child_failures`` before the main module is imported;
+  ``prepare`` and that import also name the step a record names (:func:`step`).
+- ``BaseProcess.join``: a plain ``Process`` (not a Pool's, an executor's or torch's worker,
+  whose owners name the cause themselves) that exits non-zero after recording why is named
+  once per cause in the parent, as an ``MpcompatWarning``.
+- ``forkserver.connect_to_new_process``: a forkserver that died says so (:func:`forkserver_died`).
 
-Both are plain functions (``Process.start`` and ``join`` are called by name, never pickled, but
-the standard-library patches do not import wrapt). One extra call per start and per join.
+Plain functions, not wrapt: the standard-library patches do not import it.
 """
 import functools
 import os
@@ -33,8 +29,8 @@ _IMPORTING = "importing the main module %s as __mp_main__"
 
 
 class _Child(object):
-    """What ``spawn._main`` is doing in this child: ``stage`` (see :func:`_staged`), and
-    ``importing``: the main module that was being imported when mpcompat came only with it."""
+    """What ``spawn._main`` does in this child: ``stage`` (see :func:`_staged`), and
+    ``importing``: the main module being imported when mpcompat came only with it."""
     stage = importing = None
 
 
@@ -46,7 +42,9 @@ def _start(original):
     def start(self):
         from mpcompat.workers import child_failures
         child_failures.listen()
-        owned = _owned(self)  # start() deletes the target (bpo-30775)
+        # Read before: start() deletes the target (bpo-30775).
+        module = getattr(getattr(self, "_target", None), "__module__", None) or ""
+        owned = module.startswith(_OWNED)
         original(self)
         if owned:
             self.__dict__[_OWNED_MARK] = True
@@ -58,29 +56,21 @@ def _join(original):
     @functools.wraps(original)
     def join(self, timeout=None):
         original(self, timeout)
-        code = self.exitcode
-        if code and not self.__dict__.get(_OWNED_MARK):
-            _name_cause(self, code)
+        if self.exitcode and not self.__dict__.get(_OWNED_MARK):
+            _name_cause(self)
     return join
 
 
-def _owned(process):
-    module = getattr(getattr(process, "_target", None), "__module__", None) or ""
-    return module.startswith(_OWNED)
-
-
-def _name_cause(process, code):
-    """Warn, once per cause, with what child ``process`` recorded before exiting with
-    ``code``."""
+def _name_cause(process):
+    """Warn, once per cause, with what child ``process`` recorded before it failed."""
     try:
         from mpcompat.workers import child_failures
         record = child_failures.take(process.pid)
-        if record is None:
-            return
-        note = child_failures.describe([record], "Process %r" % process.name)
-        from mpcompat.errors import warn
-        warn(note[len(child_failures.PREFIX):],
-             key=repr((record["error"], record["notes"], record["what"])))
+        if record is not None:
+            from mpcompat.errors import warn
+            note = child_failures.describe([record], "Process %r" % process.name)
+            warn(note[len(child_failures.PREFIX):],
+                 key=repr((record["error"], record["notes"], record["what"])))
     except Exception:
         pass
 
@@ -98,9 +88,9 @@ def _get_preparation_data(original):
 
 
 def _staged(stage, hear=False):
-    """A wrapper of ``spawn.prepare`` (``hear``: it hands the parent's channel to
-    ``child_failures``) or of an import of the main module (``stage`` names it, ``%s``) that
-    sets ``_child.stage`` while it runs; an error leaves it set: the step that failed."""
+    """A wrapper that sets ``_child.stage`` (``%s``: the first argument) while the wrapped step
+    runs, and leaves it set if it fails; ``hear``: ``spawn.prepare``, whose first argument
+    carries the parent's channel."""
     def wrap(original):
         @functools.wraps(original)
         def staged(arg, *args, **kwargs):
@@ -122,7 +112,7 @@ def step():
     return _child.stage or _UNPICKLING
 
 
-def _heard(data):
+def _heard(data):  # the preparation data a spawn or forkserver child's parent sent
     from mpcompat.workers import child_failures
     if isinstance(data, dict):
         child_failures.heard_from_parent(data.get(child_failures.KEY))
@@ -141,9 +131,9 @@ def _connect_to_new_process(original, module):
 
 
 def forkserver_died(exc, pid):
-    """``exc`` came from a forkserver (process ``pid``) that could not start a child: if it has
-    exited, say so on ``exc``, with the module-level line of the main script that killed it
-    when that is the cause. Never raises."""
+    """``exc`` came from forkserver ``pid``, which could not start a child: if it has exited,
+    say so on ``exc``, and name the main script's module-level line that killed it, if one
+    did. Never raises."""
     try:
         status = _exit_status(pid) if pid else None
         if status is None:
@@ -171,16 +161,15 @@ def forkserver_died(exc, pid):
 
 
 def _exit_status(pid, wait=1.0):
-    """How process ``pid`` (a child of this one) ended, e.g. "exited with code 1", or None while
-    it runs. Does not reap it: multiprocessing waits for its forkserver itself."""
+    """How child ``pid`` ended, e.g. "ended (exit code 1)", or None while it runs. Does not
+    reap it: multiprocessing waits for its forkserver itself."""
     import time
-    waitid = getattr(os, "waitid", None)
-    if waitid is None:
+    if not hasattr(os, "waitid"):
         return None
     deadline = time.monotonic() + wait  # the socket closes a moment before the exit
     while True:
         try:
-            info = waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except OSError:
             return None
         if info is not None and info.si_pid:
@@ -193,8 +182,7 @@ def _exit_status(pid, wait=1.0):
 
 
 def _main_line(path, main_guard):
-    """The line of the main script, at module level and outside a main guard, that this thread
-    runs now, or None."""
+    """The line of the main script, at module level outside a main guard, this thread runs."""
     # A frame read: the script's line that starts processes is in no state of multiprocessing.
     frame, line = sys._getframe(1), None
     while frame is not None:
@@ -203,15 +191,13 @@ def _main_line(path, main_guard):
             line = frame.f_lineno
         frame = frame.f_back
     analysis = main_guard.analyze(path) if line is not None else None
-    if analysis is None or analysis.guards_line(line):
-        return None
-    return line
+    return None if analysis is None or analysis.guards_line(line) else line
 
 
 def _joined_late(module):
-    """mpcompat came late into a spawn or forkserver child (with the script's own ``import
-    mpcompat``, or in the target): if ``spawn._main`` (``module``'s) runs, hand the parent's
-    channel to ``child_failures``, and note the main module being imported, if it is."""
+    """mpcompat came late into a spawn or forkserver child (the script's own ``import
+    mpcompat``): if ``spawn._main`` runs, take the parent's channel from it, and note the main
+    module being imported, if it is."""
     # A frame read: the preparation data the parent sent is held by spawn._main's frame alone.
     frame = sys._getframe(1)
     while frame is not None and (frame.f_code.co_name != "_main" or
@@ -226,10 +212,9 @@ def _joined_late(module):
 
 
 def apply(module):
-    """``multiprocessing.process``: wrap ``BaseProcess.start`` and ``join``.
-    ``multiprocessing.spawn``: wrap ``get_preparation_data``, ``prepare`` and the import of the
-    main module.
-    ``multiprocessing.forkserver``: wrap ``connect_to_new_process``."""
+    """Wrap ``BaseProcess.start`` and ``join`` (``multiprocessing.process``),
+    ``get_preparation_data``, ``prepare`` and the import of the main module (``spawn``) or
+    ``connect_to_new_process`` (``forkserver``)."""
     if module.__name__ == "multiprocessing.forkserver":
         # popen_forkserver calls the module's alias of the one ForkServer's bound method.
         patcher.replace(module, "connect_to_new_process", _connect_to_new_process(
@@ -251,5 +236,5 @@ def apply(module):
 
 
 def revert(module):
-    """Put back what ``apply`` replaced in ``module``, where ours is still in place."""
+    """Put back what is still ours."""
     patcher.restore(module)

@@ -1,19 +1,9 @@
 """Patch ``multiprocessing.pickling_notes``: pickling errors in multiprocessing say what failed.
 
-Two places pickle for multiprocessing, and both get a hook that does nothing unless pickling
-raises; then the error gains a note with the path, type and hint of each part that cannot be
-pickled (see ``mpcompat.diagnose.notes``) and is re-raised unchanged otherwise:
-
-- ``multiprocessing.reduction.dump``: popen_spawn_posix, popen_forkserver and
-  popen_spawn_win32 call it (as ``reduction.dump``) to pickle the Process object for a new
-  process: Process.start, Pool and ProcessPoolExecutor workers, DataLoader workers,
-  ``torch.multiprocessing.spawn``.
-- ``ForkingPickler.dumps``: Connection.send and the Queue feeder thread call it (looked up on
-  the class at each call): Pool tasks, ProcessPoolExecutor call items, Queue.put, Pipe.send.
-
-``ForkingPickler.dumps`` is on the hot path of every message, so the stock implementation (the
-function multiprocessing.reduction defines, wrapping nothing) is replaced by the same three
-lines inside a ``try`` (no extra call); anything else is wrapped.
+``reduction.dump`` (a Process object for a new process) and ``ForkingPickler.dumps`` (every
+message) re-raise a pickling error with a note naming each part that cannot be pickled
+(``mpcompat.diagnose.notes``). ``dumps`` is on the hot path: the stock one is replaced by its
+same three lines inside a ``try`` (no extra call); anything else there is wrapped.
 """
 import functools
 import io

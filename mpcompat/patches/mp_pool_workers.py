@@ -1,34 +1,17 @@
 """Patch ``multiprocessing.pool_workers``: a Pool never loses a task, never respawns dying
-workers forever, and names what it cannot send back.
+workers forever, and names what it cannot send back (patches.md).
 
-One mechanism, billiard's: **each worker acknowledges the task it takes.** The parent gives
-every worker process it starts a slot in a small shared-memory array (one per pool, a slot per
-worker, handed over on the Process object, so every start method carries it). Right after
-taking a task, before running it, the worker writes ``(job, index, busy)`` there; it clears
-``busy`` just before sending the result. No message and no system call per task: a few stores
-to shared memory. When the worker-handler thread reaps a worker that died with ``busy`` set,
-the task is lost: a death notice goes down the result pipe, and the result handler fails that
-task at once with :class:`WorkerLostError` (pid, exit code or signal by name, the likely cause,
-the worker's own recorded error). The pool replaces the worker as before and goes on. A worker
-whose module is not patched (mpcompat inactive in it) ignores the slot: nothing breaks, and
-its lost tasks hang as they do without mpcompat.
-
-What else each part covers:
-
-- A task the worker cannot unpickle (an instance of a class defined under the main guard)
-  fails as that task's result, with the main-guard note; the worker goes on.
-- A result the parent cannot unpickle (an exception class whose ``__init__`` takes other
-  arguments) fails that task with the reason, instead of killing the result-handler thread.
-- Start-up failures: workers that die before taking any task, recording a start-up error
-  (their initializer raised; a spawn child could not start), ``max(3, processes)`` in a row
-  and for at least ``GRACE`` seconds with no task taken meanwhile, break the pool: it starts
-  no new workers, its pending results fail with :class:`BrokenPool`, and ``_check_running``
-  refuses new work with it. A failure that lasts less than ``GRACE`` seconds (a service still
-  starting) is ridden out, as the standard library does.
-- Workers that exit at ``maxtasksperchild``, or from a KeyboardInterrupt while waiting, lose
-  nothing and break nothing. A ThreadPool is not touched.
-- ``MaybeEncodingError`` (a result the worker cannot pickle) keeps the path to the part that
-  cannot be pickled (the note of ``multiprocessing.pickling_notes``).
+One mechanism, billiard's: each worker acknowledges the task it takes. Every worker process the
+parent starts gets a slot in a shared-memory array of its pool (on the Process object, so every
+start method carries it); the worker writes ``(job, index, busy)`` there after taking a task and
+clears ``busy`` just before sending the result. When the worker-handler thread reaps a worker
+that died busy, a death notice goes down the result pipe and the result handler fails that task
+with :class:`WorkerLostError`. Workers that die before taking any task, having recorded a
+start-up error, ``max(MIN_FAILURES, processes)`` in a row for ``GRACE`` seconds break the pool:
+its results fail with :class:`BrokenPool` and ``_check_running`` refuses new work. A task the
+worker cannot unpickle and a result the parent cannot unpickle fail as that task's result;
+``MaybeEncodingError`` keeps the note naming the part that cannot be pickled. A worker where
+mpcompat is not active ignores its slot; a ThreadPool is not touched.
 """
 import functools
 import pickletools
@@ -50,6 +33,11 @@ TASK_STAGE = "running a task"
 # ours reads them as results of job None, which it ignores.
 _DEATH, _BREAK = 1, 2
 SLOT_ATTRIBUTE = "_mpcompat_slot"  # on a worker's Process object: (shared array, slot number)
+# What the patch replaces on Pool, and how Pool binds it (None: a plain method).
+_HOOKED = {"_repopulate_pool_static": staticmethod, "_handle_workers": classmethod,
+           "_handle_results": staticmethod, "_maintain_pool": staticmethod,
+           "_join_exited_workers": staticmethod, "_get_worker_sentinels": staticmethod,
+           "_terminate_pool": classmethod, "_check_running": None, "_map_async": None}
 
 patcher = Patcher()
 _trackers = {}  # id(pool result queue) -> _Tracker, made in Pool.__init__
@@ -70,27 +58,19 @@ class _Slot(object):
     """A worker's slot in its pool's shared array: ``[job, index, busy, tasks taken]``."""
 
     def __init__(self, array, index):
-        self.array, self.base = array, 4 * index
+        self.array, self.index, self.base = array, index, 4 * index
 
     def took(self, job, index):
-        """Say which task this worker runs now."""
         array, base = self.array, self.base
         array[base], array[base + 1] = job, index
         array[base + 3] += 1
-        array[base + 2] = 1
+        array[base + 2] = 1  # last: busy only once the task's ids are there
 
     def done(self):
-        """The task's result is being sent: it is no longer at risk."""
-        self.array[self.base + 2] = 0
+        self.array[self.base + 2] = 0  # the result is being sent: no longer at risk
 
     def read(self):
-        """``(job, index, busy, tasks taken)``."""
-        base = self.base
-        return tuple(self.array[base:base + 4])
-
-    def clear(self):
-        """Make the slot new, for the next worker."""
-        self.array[self.base:self.base + 4] = [0, 0, 0, 0]
+        return tuple(self.array[self.base:self.base + 4])
 
 
 class _Tasks(object):
@@ -123,7 +103,7 @@ class _Tasks(object):
             return task
 
     def _unreadable(self, data, exc):
-        """Send the failure back as the task's result; raise it if the task is unknown."""
+        # Sent back as the task's result; raised (the worker dies) if the task is unknown.
         self.what = "unpickling a task its parent sent"
         try:
             from mpcompat.diagnose.notes import note_missing_attribute
@@ -140,8 +120,8 @@ class _Tasks(object):
 
 
 class _Results(object):
-    """A worker's result queue as the worker function sees it: a result on its way clears the
-    worker's slot first."""
+    """A worker's result queue as the worker function sees it: a result on its way clears
+    ``busy`` in the worker's slot first."""
 
     def __init__(self, outqueue, slot):
         self._outqueue, self._slot = outqueue, slot
@@ -150,7 +130,6 @@ class _Results(object):
         return getattr(self._outqueue, name)
 
     def put(self, obj):
-        """Clear the slot, then send ``obj`` as ``SimpleQueue.put`` does."""
         self._slot.done()
         self._outqueue.put(obj)
 
@@ -192,9 +171,8 @@ def _make_worker(original):
 # --- the parent's side ------------------------------------------------------------------------
 
 class _Tracker(object):
-    """What the parent knows of one process pool's workers: their slots (which task each one
-    holds) and the start-up failures (the worker-handler thread's), and the result-handler
-    thread's side of the death notices."""
+    """What the parent knows of one process pool's workers: their slots and start-up failures
+    (the worker-handler thread's), and the result-handler thread's side of the notices."""
 
     def __init__(self, outqueue, processes):
         from multiprocessing.sharedctypes import RawArray
@@ -205,20 +183,20 @@ class _Tracker(object):
         self.slots = {}       # worker Process -> its _Slot
         self.taken = 0        # tasks taken by workers reaped so far
         # The pool's cache, weakly: its results hold the Pool, which must stay freeable.
-        self.cache = self.workers = self.inqueue = None
+        self.cache = lambda: None
+        self.workers = self.inqueue = None
         self.failures = []    # (pid, exitcode, record) of start-up failures in a row
         self.since = None     # (time, progress) at the first of them
         self.broken = None    # (message, pids, exitcodes, note) once broken
 
-    # Pool.__init__ and the worker-handler thread: starting workers.
     def starting(self, Process):
         """A ``Pool.Process`` that gives each worker it makes a slot."""
         def make(ctx, *args, **kwargs):
             worker = Process(ctx, *args, **kwargs)
             if self.free:
                 index = self.free.pop()
-                slot = self.slots[worker] = _Slot(self.array, index)
-                slot.clear()
+                self.slots[worker] = _Slot(self.array, index)
+                self.array[4 * index:4 * index + 4] = [0, 0, 0, 0]
                 setattr(worker, SLOT_ATTRIBUTE, (self.array, index))
             return worker
         return make
@@ -227,15 +205,15 @@ class _Tracker(object):
         """Tasks taken so far by this pool's workers."""
         return self.taken + sum(slot.read()[3] for slot in list(self.slots.values()))
 
-    # The worker-handler thread: reaping workers.
     def reaped(self, workers):
         """``workers`` exited and were joined: fail the task each one held, count start-ups."""
         from mpcompat.workers import child_failures
         for w in workers:
             slot = self.slots.pop(w, None)
-            job, index, busy, taken = slot.read() if slot is not None else (0, 0, 0, 0)
+            job = index = busy = taken = 0
             if slot is not None:
-                self.free.append(slot.base // 4)
+                job, index, busy, taken = slot.read()
+                self.free.append(slot.index)
             self.taken += taken
             record = child_failures.take(w.pid) if w.exitcode else None
             if busy:
@@ -252,19 +230,12 @@ class _Tracker(object):
                 and self.since[1] == self.progress()
                 and time.monotonic() - self.since[0] >= GRACE
                 and not any(slot.read()[3] for slot in list(self.slots.values()))):
-            self._break()
-
-    def backoff(self):
-        """Seconds to wait before starting new workers while they keep failing to start."""
-        return min(0.05 * len(self.failures), 0.5)
-
-    def _break(self):
-        pids = [pid for pid, _, _ in self.failures]
-        codes = [code for _, code, _ in self.failures]
-        self.broken = (_broken_message(pids, codes, time.monotonic() - self.since[0]), pids,
-                       codes, _records_note(self.failures))
-        self.failures = []
-        self._send((None, _BREAK, None))
+            pids = [pid for pid, _, _ in self.failures]
+            codes = [code for _, code, _ in self.failures]
+            self.broken = (_broken_message(pids, codes, time.monotonic() - self.since[0]),
+                           pids, codes, _records_note(self.failures))
+            self.failures = []
+            self._send((None, _BREAK, None))
 
     def broken_error(self):
         """A new BrokenPool for one result (each raise gets its own traceback)."""
@@ -274,10 +245,6 @@ class _Tracker(object):
         exc = BrokenPool(message, pids, codes)
         add_note(exc, note)
         return exc
-
-    def _cache(self):
-        cache = self.cache() if self.cache is not None else None
-        return cache if cache is not None else {}
 
     def _send(self, message):
         queue = self.outqueue()
@@ -295,41 +262,32 @@ class _Tracker(object):
             if lock is not None:
                 lock.release()
 
-    # The result-handler thread.
     def reader(self, connection):
         """A ``get`` for ``Pool._handle_results`` that handles mpcompat's notices itself."""
-        receive = getattr(connection, "_recv_bytes", None)
-        if receive is None:  # pragma: no cover (every CPython 3.8-3.15 has it)
-            receive = connection.recv_bytes
-        loads = ForkingPickler.loads
+        receive, loads = connection._recv_bytes, ForkingPickler.loads
 
         def get():
             while True:
-                data = receive()
-                if not isinstance(data, bytes):
-                    data = data.getbuffer()
+                data = receive().getbuffer()
                 try:
                     message = loads(data)
                 except Exception as exc:
                     self._unreadable(bytes(data), exc)
                     continue
-                if message.__class__ is tuple and len(message) == 3 and message[0] is None:
-                    self._notice(message[1], message[2])
-                    continue
-                return message
+                if message.__class__ is not tuple or len(message) != 3 or \
+                        message[0] is not None:
+                    return message
+                if message[1] == _DEATH:
+                    pid, exitcode, record, job, index = message[2]
+                    self._fail(job, index, _lost(pid, exitcode, record))
+                elif message[1] == _BREAK:
+                    cache = self.cache() or {}
+                    for job, result in list(cache.items()):
+                        _fail_whole(cache, job, result, self.broken_error)
         return get
 
-    def _notice(self, kind, data):
-        if kind == _DEATH:
-            pid, exitcode, record, job, index = data
-            self._fail(job, index, _lost(pid, exitcode, record))
-        elif kind == _BREAK:
-            cache = self._cache()
-            for job, result in list(cache.items()):
-                _fail_whole(cache, job, result, self.broken_error)
-
     def _fail(self, job, index, error):
-        result = self._cache().get(job)
+        result = (self.cache() or {}).get(job)
         if result is not None:
             try:
                 result._set(index, (False, error))
@@ -352,9 +310,8 @@ class _Tracker(object):
 
 
 def _tracker(outqueue, processes=None):
-    """The tracker of the pool whose result queue is ``outqueue`` (made when ``processes`` is
-    given and there is none yet: in the thread that runs ``Pool.__init__``, before the pool's
-    other threads start)."""
+    """The tracker of the pool whose result queue is ``outqueue``; made when ``processes`` is
+    given (by ``Pool.__init__``, before the pool's threads start)."""
     tracker = _trackers.get(id(outqueue))
     if tracker is None and processes is not None:
         tracker = _trackers[id(outqueue)] = _Tracker(outqueue, processes)
@@ -363,15 +320,12 @@ def _tracker(outqueue, processes=None):
 
 
 def _fail_whole(cache, job, result, error):
-    """Fail what ``result`` still waits for."""
     try:
         if hasattr(result, "_number_left"):  # MapResult: its remaining chunks
             while result._number_left > 0 and cache.get(job) is result:
                 result._set(0, (False, error()))
-        elif hasattr(result, "_items"):  # IMapIterator: the item waited for next
-            result._set(result._index, (False, error()))
-        else:
-            result._set(0, (False, error()))
+        else:  # IMapIterator: the item waited for next; ApplyResult
+            result._set(getattr(result, "_index", 0), (False, error()))
     except Exception:
         pass
 
@@ -380,9 +334,8 @@ def _lost(pid, exitcode, record):
     from mpcompat.diagnose.notes import PREFIX, add_note
     from mpcompat.errors import WorkerLostError
     from mpcompat.workers.exits import describe_exit, exit_hint
-    how = describe_exit(exitcode)
     exc = WorkerLostError("the Pool worker process %d died while running this task (%s)"
-                          % (pid, how), pid, exitcode)
+                          % (pid, describe_exit(exitcode)), pid, exitcode)
     lines = [exit_hint(exitcode)] if exit_hint(exitcode) else []
     if record:
         lines.append("The worker's own error: " + _record_text(record))
@@ -429,15 +382,14 @@ def _task_ids(data):
         for op, arg, _ in pickletools.genops(data):
             if op.name in ("PROTO", "FRAME", "MARK"):
                 continue
-            if isinstance(arg, int) and op.name in ("BININT", "BININT1", "BININT2", "LONG1",
-                                                    "LONG4", "INT", "LONG"):
-                values.append(arg)
-                if len(values) == 2:
-                    return tuple(values)
-                continue
-            return None
+            if not isinstance(arg, int) or op.name not in (
+                    "BININT", "BININT1", "BININT2", "LONG1", "LONG4", "INT", "LONG"):
+                return None
+            values.append(arg)
+            if len(values) == 2:
+                return tuple(values)
     except Exception:
-        return None
+        pass
     return None
 
 
@@ -460,15 +412,10 @@ def _classes(data):
 
 # --- the hooks ----------------------------------------------------------------------------------
 
-def _hooks(module):
-    Pool = module.Pool
-    names = ("_repopulate_pool_static", "_handle_workers", "_handle_results", "_maintain_pool",
-             "_join_exited_workers", "_get_worker_sentinels", "_terminate_pool")
-    original = {name: patcher.original(Pool, name).__func__ for name in names}
-    check_running = patcher.original(Pool, "_check_running")
-    map_async = patcher.original(Pool, "_map_async")
+def _hooks(original):
+    """The replacements of the ``Pool`` methods of ``_HOOKED``, unbound (``original``: name ->
+    the original function)."""
 
-    @functools.wraps(original["_repopulate_pool_static"])
     def _repopulate_pool_static(ctx, Process, processes, pool, inqueue, outqueue, *args):
         if hasattr(outqueue, "_reader"):  # a process pool (not a ThreadPool)
             tracker = _tracker(outqueue, processes)
@@ -480,7 +427,6 @@ def _hooks(module):
         return original["_repopulate_pool_static"](ctx, Process, processes, pool, inqueue,
                                                    outqueue, *args)
 
-    @functools.wraps(original["_handle_workers"])
     def _handle_workers(cls, cache, taskqueue, ctx, Process, processes, pool, inqueue,
                         outqueue, *args, **kwargs):
         tracker = _tracker(outqueue)
@@ -493,7 +439,6 @@ def _hooks(module):
         finally:
             this_thread.tracker = None
 
-    @functools.wraps(original["_handle_results"])
     def _handle_results(outqueue, get, cache):
         reader = getattr(outqueue, "_reader", None)
         tracker = _tracker(outqueue)
@@ -506,27 +451,23 @@ def _hooks(module):
         tracker = this_thread.tracker
         return tracker if tracker is not None and tracker.workers is pool else None
 
-    @functools.wraps(original["_join_exited_workers"])
     def _join_exited_workers(pool):
         tracker = _watched(pool)
-        if tracker is None:
-            return original["_join_exited_workers"](pool)
-        before = list(pool)
+        before = list(pool) if tracker is not None else None
         cleaned = original["_join_exited_workers"](pool)
-        if cleaned:
+        if cleaned and tracker is not None:
             tracker.reaped([w for w in before if w not in pool])
         return cleaned
 
-    @functools.wraps(original["_maintain_pool"])
     def _maintain_pool(ctx, Process, processes, pool, inqueue, *args, **kwargs):
         tracker = _watched(pool)
         if tracker is not None and tracker.failures and \
                 any(w.exitcode is not None for w in list(pool)):
-            time.sleep(tracker.backoff())  # no flood of workers that fail the same way
+            # No flood of workers that fail the same way: wait longer after each failure.
+            time.sleep(min(0.05 * len(tracker.failures), 0.5))
         return original["_maintain_pool"](ctx, Process, processes, pool, inqueue, *args,
                                           **kwargs)
 
-    @functools.wraps(original["_get_worker_sentinels"])
     def _get_worker_sentinels(workers):
         sentinels = original["_get_worker_sentinels"](workers)
         tracker = _watched(workers)
@@ -537,7 +478,6 @@ def _hooks(module):
             sentinels.append(tracker.inqueue._reader)
         return sentinels
 
-    @functools.wraps(original["_terminate_pool"])
     def _terminate_pool(cls, taskqueue, inqueue, outqueue, pool, *args, **kwargs):
         try:
             return original["_terminate_pool"](cls, taskqueue, inqueue, outqueue, pool, *args,
@@ -547,31 +487,23 @@ def _hooks(module):
                 from mpcompat.workers import child_failures
                 child_failures.discard([w.pid for w in list(pool) if w.pid])
 
-    @functools.wraps(check_running)
     def _check_running(self):
-        check_running(self)
+        original["_check_running"](self)
         tracker = _trackers.get(id(getattr(self, "_outqueue", None)))
         if tracker is not None and tracker.broken is not None and \
                 tracker.outqueue() is self._outqueue:
             raise tracker.broken_error()
 
-    @functools.wraps(map_async)
     def _map_async(self, *args, **kwargs):
         try:
-            return map_async(self, *args, **kwargs)
+            return original["_map_async"](self, *args, **kwargs)
         except ZeroDivisionError:  # no worker left to size chunks by: broken since the check?
             _check_running(self)
             raise
 
-    return {"_repopulate_pool_static": staticmethod(_repopulate_pool_static),
-            "_handle_workers": classmethod(_handle_workers),
-            "_handle_results": staticmethod(_handle_results),
-            "_maintain_pool": staticmethod(_maintain_pool),
-            "_join_exited_workers": staticmethod(_join_exited_workers),
-            "_get_worker_sentinels": staticmethod(_get_worker_sentinels),
-            "_terminate_pool": classmethod(_terminate_pool),
-            "_check_running": _check_running,
-            "_map_async": _map_async}
+    return {hook.__name__: hook for hook in (
+        _repopulate_pool_static, _handle_workers, _handle_results, _join_exited_workers,
+        _maintain_pool, _get_worker_sentinels, _terminate_pool, _check_running, _map_async)}
 
 
 def _drain(inqueue):
@@ -617,19 +549,18 @@ def apply(module):
     (``multiprocessing.pool``)."""
     Pool = getattr(module, "Pool", None)
     encoding = getattr(module, "MaybeEncodingError", None)
-    kinds = {"_handle_workers": classmethod, "_handle_results": staticmethod,
-             "_repopulate_pool_static": staticmethod,
-             "_maintain_pool": staticmethod, "_join_exited_workers": staticmethod,
-             "_get_worker_sentinels": staticmethod}
     if not callable(getattr(module, "worker", None)) or not isinstance(Pool, type) or not all(
-            isinstance(Pool.__dict__.get(name), kind) for name, kind in kinds.items()) or \
-            "_check_running" not in Pool.__dict__ or "_map_async" not in Pool.__dict__ or \
+            name in Pool.__dict__ if kind is None else isinstance(Pool.__dict__.get(name), kind)
+            for name, kind in _HOOKED.items()) or \
             not isinstance(encoding, type) or "__init__" not in encoding.__dict__:
         raise Skip("multiprocessing.pool lacks the worker, Pool or MaybeEncodingError parts "
                    "this patch hooks")
     patcher.replace(module, "worker", _make_worker(patcher.original(module, "worker")))
-    for name, hook in _hooks(module).items():
-        patcher.replace(Pool, name, hook)
+    original = {name: patcher.original(Pool, name) for name in _HOOKED}
+    original = {name: getattr(f, "__func__", f) for name, f in original.items()}
+    for name, hook in _hooks(original).items():
+        hook = functools.wraps(original[name])(hook)
+        patcher.replace(Pool, name, _HOOKED[name](hook) if _HOOKED[name] else hook)
     patcher.replace(encoding, "__init__", _keeping_notes(patcher.original(encoding, "__init__")))
     if sys.version_info < (3, 11):
         patcher.replace(encoding, "__str__", _showing_notes(patcher.original(encoding,

@@ -1,15 +1,8 @@
 """Patch ``nuscenes.eval.detection.data_classes.DetectionConfig``: ``class_names`` is a list.
 
-nuscenes-devkit 1.0.0 to 1.2.0 set ``self.class_names = self.class_range.keys()`` in
-``DetectionConfig.__init__`` (nuscenes-devkit#1155), a ``dict_keys`` view that no CPython
-version pickles; every dataset that keeps the config (mmdet3d, BEVFormer, UniAD) then cannot
-reach a spawn worker. The patch wraps ``__init__`` in place with a ``wrapt.FunctionWrapper``
-(signature, introspection and descriptor binding stay the original's; ``__wrapped__`` is the
-original), so the class keeps its identity and references taken earlier with ``from ...
-import DetectionConfig`` see it. After the original ``__init__`` ran, a ``dict_keys``
-``class_names`` becomes a list in ``class_range`` order; everything else the original set is
-left as it is. ``deserialize`` and both ``config_factory`` functions build configs through
-``__init__``, so they are covered too.
+nuscenes-devkit sets it to a ``dict_keys`` view (nuscenes-devkit#1155), which no CPython
+pickles. ``__init__`` is wrapped in place (wrapt: the class keeps its identity); after it, a
+``dict_keys`` ``class_names`` becomes a list in ``class_range`` order.
 """
 from mpcompat.patches import Skip
 from mpcompat.patching.patcher import Patcher
@@ -29,10 +22,7 @@ def apply(module):
 
 
 def revert(module):
-    """Put back the original ``__init__`` of every DetectionConfig patched in ``module``.
-
-    A class whose ``__init__`` someone else has replaced since keeps theirs.
-    """
+    """Put back the original ``__init__``, where nobody has replaced it since."""
     patcher.restore(module)
 
 

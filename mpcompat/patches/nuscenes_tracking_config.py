@@ -1,16 +1,8 @@
 """Patch ``nuscenes.eval.tracking.data_classes.TrackingConfig``: unpickling restores module state.
 
-``TrackingConfig.__init__`` (nuscenes-devkit 1.0.0 to 1.2.0) assigns the module global
-``TRACKING_NAMES``, which ``TrackingBox.__init__`` checks every class name against, and calls
-``TrackingMetricData.set_nelem``. Unpickling never runs ``__init__``: in a fresh spawn child
-``TRACKING_NAMES`` is still ``[]`` and every ``TrackingBox`` fails with
-``AssertionError: Error: Unknown tracking_name car``.
-
-The patch gives the class a ``__reduce_ex__`` whose pickle names
-``mpcompat.rebuild.rebuild_by_init``: the receiving process runs the original ``__init__``
-again with the config's own serialized arguments (so whatever it sets outside the instance is
-set there too), then restores the instance ``__dict__`` exactly. Because the pickle itself names
-mpcompat, this works in a child where mpcompat was never imported or is switched off.
+``TrackingConfig.__init__`` sets the module global ``TRACKING_NAMES``, which unpickling skips
+("Unknown tracking_name car" in a spawn child). A ``__reduce_ex__`` naming
+``mpcompat.rebuild.rebuild_by_init`` runs ``__init__`` again there, then restores ``__dict__``.
 """
 from mpcompat.patches import Skip
 from mpcompat.patching.patcher import Patcher
@@ -35,10 +27,7 @@ def apply(module):
 
 
 def revert(module):
-    """Remove the ``__reduce_ex__`` added to every TrackingConfig patched in ``module``.
-
-    One that someone else has replaced since stays.
-    """
+    """Remove the ``__reduce_ex__`` added, where nobody has replaced it since."""
     patcher.restore(module)
 
 

@@ -1,22 +1,9 @@
 """Patch ``torch.boolean_dispatch``: functions made by boolean_dispatch pickle by reference.
 
-``torch._jit_internal.boolean_dispatch(..., module_name=M, func_name=N)`` returns its inner
-``fn`` with ``__module__ = M`` and ``__name__ = N`` but ``__qualname__`` left as
-``boolean_dispatch.<locals>.fn`` (pytorch#60210), so ``pickle.dumps(F.max_pool2d)`` fails with
-"Can't pickle local object". This patch names each such function as torch intends: its
-``__qualname__`` becomes ``N``, in place (the function keeps its identity), at the moment it is
-made. Pickle then finds it as ``M.N`` once the statement that binds it has run, and refuses,
-with its own clear error ("not the same object as M.N"), a function bound under another name.
-
-Every function boolean_dispatch makes passes through ``torch._jit_internal.boolean_dispatched``
-(a WeakKeyDictionary of all of them) right after its name is set. The patch switches the class
-of that dictionary to a subclass whose ``__setitem__`` names the new function: the dictionary
-keeps its identity and contents, and no function is wrapped. This is still needed for
-functions made after activation (by torch itself, which imports ``torch._jit_internal`` first,
-by other libraries and by user code, including code that imported ``boolean_dispatch`` before
-mpcompat was active). Functions made before the patch applied are named when it applies.
-Both changes go through the patcher (``Patcher.replace`` of ``__class__`` and of each
-``__qualname__``), so ``revert`` puts back those still ours.
+boolean_dispatch leaves its functions' ``__qualname__`` local (pytorch#60210): "Can't pickle
+local object". Each gets its ``__name__`` as ``__qualname__``, in place, as it enters the
+``boolean_dispatched`` WeakKeyDictionary, whose class is switched to a naming subclass (no
+function is wrapped); those made earlier are named when the patch applies.
 """
 import weakref
 
@@ -41,16 +28,14 @@ class _NamingTable(weakref.WeakKeyDictionary):
 
 
 def name_at_birth(fn):
-    """Give ``fn`` the qualname torch meant it to have (its ``__name__``), if torch left it
-    local and a name was given; return whether it did."""
+    """Make ``fn``'s ``__name__`` its qualname, if torch left it local and a name was given."""
     qualname = getattr(fn, "__qualname__", "")
     code = getattr(fn, "__code__", None)
     name = getattr(fn, "__name__", None)
     if "<locals>" not in qualname or code is None or not isinstance(name, str) \
             or name == code.co_name or not name.isidentifier():
-        return False  # named already, not a boolean_dispatch function, or no func_name given
+        return  # named already, not a boolean_dispatch function, or no func_name given
     patcher.replace(fn, "__qualname__", name, _TARGET)
-    return True
 
 
 def apply(module):

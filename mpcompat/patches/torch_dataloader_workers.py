@@ -1,31 +1,9 @@
-"""Patch ``torch.dataloader_workers``: DataLoader workers never fail in silence.
+"""Patch ``torch.dataloader_workers``: DataLoader workers never fail in silence (patches.md).
 
-Two targets, two changes:
-
-- ``torch.utils.data._utils.worker``: ``_worker_loop`` (the worker processes' target, pickled
-  by reference under spawn and forkserver) is replaced by a plain function with the same name,
-  bound at the same module attribute. In the worker, before the original loop (and so before
-  the user's ``worker_init_fn``), it
-  (a) gives the worker's result queue its own ``_on_queue_feeder_error``: a batch that cannot
-      be pickled makes the queue's feeder thread raise, which stock multiprocessing only
-      prints, so the main process waits for that batch forever (pytorch#142884). The handler
-      puts ``(idx, ExceptionWrapper)`` in its place, with the path to what cannot be pickled
-      (from ``mpcompat.diagnose``), and torch's own ``reraise()`` raises it in the main
-      process. Paths start at ``batch``: what the DataLoader yields for that step (one sample
-      with ``batch_size=None``). An error raised by the dataset whose class cannot be pickled
-      (a local exception class) arrives the same way, as a RuntimeError with its traceback;
-  (b) makes OpenCV single-threaded there if the ``opencv.worker_threads`` patch is applied.
-  Nothing else runs per batch: the handler is called only when pickling a batch fails. The
-  worker runs this loop when mpcompat is active there before the Process object is unpickled:
-  always under fork; under spawn/forkserver with the .pth file, ``mpcompat run``, or a main
-  script that imports mpcompat (children import it again first).
-- ``torch.utils.data.dataloader``: ``_MultiProcessingDataLoaderIter._try_get_data`` (the method
-  that raises "DataLoader worker (pid(s) ...) exited unexpectedly" in torch 1.9 to 2.13) is
-  wrapped with a ``wrapt.FunctionWrapper``; that error gains, once, what ended the iterator's
-  dead workers (read from the iterator's own worker processes): a signal by name with its
-  likely cause (SIGKILL: memory; SIGSEGV: a crash in an extension), and the cause a worker
-  recorded before dying (``mpcompat.workers.child_failures``: e.g. a Dataset class defined
-  under the main guard, which spawn workers cannot unpickle).
+In the worker, ``_worker_loop`` (pickled by reference: replaced by a plain function) gives the
+result queue an ``_on_queue_feeder_error`` that sends the pickling error of a batch instead of
+dropping it (pytorch#142884). In the main process, the "exited unexpectedly" error of
+``_MultiProcessingDataLoaderIter._try_get_data`` gains what ended the dead workers.
 """
 import functools
 
@@ -63,7 +41,16 @@ def _make_worker_loop(original):
     @functools.wraps(original)
     def _worker_loop(*args, **kwargs):
         try:
-            _prepare_worker(original, args, kwargs)
+            import inspect
+            bound = inspect.signature(original).bind(*args, **kwargs).arguments
+            queue = bound.get("data_queue")
+            if hasattr(type(queue), "_on_queue_feeder_error") and hasattr(queue, "put"):
+                # Read by Queue._start_thread at the first put (3.8-3.13): an instance
+                # attribute set before it is what the feeder thread calls.
+                queue._on_queue_feeder_error = functools.partial(
+                    _feeder_error, queue, bound.get("worker_id"))
+            from mpcompat.workers import started
+            started.run()
         except Exception:  # never keep a worker from running
             pass
         return original(*args, **kwargs)
@@ -71,61 +58,39 @@ def _make_worker_loop(original):
     return _worker_loop
 
 
-def _prepare_worker(original, args, kwargs):
-    """In a worker, before the original loop: the feeder error handler, then what patches
-    registered for each worker's start (OpenCV's threads)."""
-    import inspect
-    bound = inspect.signature(original).bind(*args, **kwargs).arguments
-    queue, worker_id = bound.get("data_queue"), bound.get("worker_id")
-    if hasattr(type(queue), "_on_queue_feeder_error") and hasattr(queue, "put"):
-        # Read by Queue._start_thread at the first put (3.8-3.13): an instance attribute
-        # set before it is what the feeder thread calls.
-        queue._on_queue_feeder_error = functools.partial(_feeder_error, queue, worker_id)
-    from mpcompat.workers import started
-    started.run()
-
-
 def _feeder_error(queue, worker_id, exc, obj):
-    """The feeder thread failed to pickle ``obj``: send an error in place of the batch.
-
-    Runs in the worker's feeder thread, which has released the queue's locks and semaphore
-    slot before calling its error handler, so putting on the same queue is safe there.
-    """
-    sent = False
+    """The feeder thread failed to pickle ``obj``: send an error in place of the batch. (The
+    feeder released the queue's locks and semaphore slot first: putting here is safe.)"""
     try:
         if type(obj) is tuple and len(obj) == 2 and type(obj[0]) is int:
-            idx, data = obj
-            queue.put((idx, _error_for(exc, idx, data, worker_id)), False)
-            sent = True
+            queue.put((obj[0], _error_for(exc, obj[0], obj[1], worker_id)), False)
+            return
     except Exception:
         pass
-    if not sent:
-        type(queue)._on_queue_feeder_error(exc, obj)
+    type(queue)._on_queue_feeder_error(exc, obj)
 
 
 def _error_for(exc, idx, data, worker_id):
     """An ExceptionWrapper that torch's reraise() turns into the error, with the report."""
     from multiprocessing.reduction import ForkingPickler
     from torch._utils import ExceptionWrapper
-    from mpcompat.diagnose.notes import own_message
+    from mpcompat.diagnose.notes import add_note, own_message
     where = "in DataLoader worker process %s" % worker_id
     if isinstance(data, ExceptionWrapper):  # an error whose class cannot be pickled
-        message = ("mpcompat: the worker's error, %s, could not be sent to the main process "
-                   "(%s: %s); its traceback in the worker:\n%s" % (
-                       getattr(data.exc_type, "__qualname__", data.exc_type),
-                       type(exc).__name__, own_message(exc),
-                       getattr(data, "exc_msg", "").rstrip()))
-        return ExceptionWrapper((RuntimeError, RuntimeError(message), None), where)
-    carrier = _carrier(exc)
-    from mpcompat.diagnose.notes import add_note
-    add_note(carrier, _report(exc, idx, data, worker_id, ForkingPickler))
-    wrapper = ExceptionWrapper((type(carrier), carrier, None), where)
-    try:
-        ForkingPickler.dumps(wrapper)
-    except Exception:  # the error's class cannot reach the main process: keep its text
-        text = "%s: %s" % (type(carrier).__name__, str(carrier))
-        wrapper = ExceptionWrapper((RuntimeError, RuntimeError(text), None), where)
-    return wrapper
+        text = ("mpcompat: the worker's error, %s, could not be sent to the main process "
+                "(%s: %s); its traceback in the worker:\n%s" % (
+                    getattr(data.exc_type, "__qualname__", data.exc_type),
+                    type(exc).__name__, own_message(exc), getattr(data, "exc_msg", "").rstrip()))
+    else:
+        carrier = _carrier(exc)
+        add_note(carrier, _report(exc, idx, data, worker_id, ForkingPickler))
+        wrapper = ExceptionWrapper((type(carrier), carrier, None), where)
+        try:
+            ForkingPickler.dumps(wrapper)
+            return wrapper
+        except Exception:  # the error's class cannot reach the main process: keep its text
+            text = "%s: %s" % (type(carrier).__name__, str(carrier))
+    return ExceptionWrapper((RuntimeError, RuntimeError(text), None), where)
 
 
 def _carrier(exc):
@@ -165,35 +130,30 @@ def _report(exc, idx, data, worker_id, pickler):
 # --- in the main process ----------------------------------------------------------------------
 
 def _try_get_data_wrapper(wrapped, instance, args, kwargs):
-    """Call ``_try_get_data``; a "worker exited unexpectedly" error gains the worker's cause."""
+    """Call ``_try_get_data``; its "exited unexpectedly" error gains the dead workers' causes."""
     try:
         return wrapped(*args, **kwargs)
     except RuntimeError as exc:
-        _name_cause(exc, instance)
+        try:
+            dead = [w for w in list(getattr(instance, "_workers", ()))
+                    if w.exitcode is not None and w.exitcode != 0]
+            if dead and not exc.__dict__.get(_NOTED):
+                exc.__dict__[_NOTED] = True
+                _name_causes(exc, dead)
+        except Exception:
+            pass
         raise
 
 
-def _name_cause(exc, iterator):
-    """Add to ``exc``, once, what ended the iterator's dead workers: a signal by name with its
-    likely cause, and each worker's recorded error (``mpcompat.workers.child_failures``)."""
-    try:
-        if exc.__dict__.get(_NOTED):
-            return
-        dead = [w for w in list(getattr(iterator, "_workers", ()))
-                if w.exitcode is not None and w.exitcode != 0]
-        if not dead:
-            return
-        exc.__dict__[_NOTED] = True
-        from mpcompat.diagnose.notes import PREFIX, add_note
-        from mpcompat.workers import child_failures
-        from mpcompat.workers.exits import describe_exit, exit_hint
-        signals = ["DataLoader worker process %d: %s. %s." % (
-            w.pid, describe_exit(w.exitcode), exit_hint(w.exitcode))
-            for w in dead if w.exitcode < 0 and exit_hint(w.exitcode)]
-        if signals:
-            add_note(exc, PREFIX + "\n".join(signals))
-        note = child_failures.note_for([w.pid for w in dead], "DataLoader worker")
-        if note:
-            add_note(exc, note)
-    except Exception:
-        pass
+def _name_causes(exc, dead):
+    from mpcompat.diagnose.notes import PREFIX, add_note
+    from mpcompat.workers import child_failures
+    from mpcompat.workers.exits import describe_exit, exit_hint
+    signals = ["DataLoader worker process %d: %s. %s." % (
+        w.pid, describe_exit(w.exitcode), exit_hint(w.exitcode))
+        for w in dead if w.exitcode < 0 and exit_hint(w.exitcode)]
+    if signals:
+        add_note(exc, PREFIX + "\n".join(signals))
+    note = child_failures.note_for([w.pid for w in dead], "DataLoader worker")
+    if note:
+        add_note(exc, note)

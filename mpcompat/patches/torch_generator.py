@@ -1,16 +1,8 @@
 """Patch ``torch.generator``: a ``torch.Generator`` reaches spawn children with its state.
 
-``torch.Generator.__reduce__`` (added by pytorch#126271 in 2024) ships its state as a fresh uint8
-tensor. In ``ForkingPickler`` torch shares that tensor's storage through a file descriptor
-(``reduce_storage`` in torch/multiprocessing/reductions.py), and when a ``Process`` is started
-with ``spawn`` or ``forkserver`` multiprocessing only notes the descriptor's number
-(``duplicate_for_child``): the temporary tensor, and its descriptor, are gone before the child
-starts, and the child dies in ``rebuild_storage_fd`` with "unable to resize file <filename not
-specified> to the right size" (pytorch#146828). Older torch cannot pickle a Generator at all.
-
-This patch registers, for ``ForkingPickler`` only, a reducer that ships the device, the
-initial seed and the state as bytes; plain ``pickle``, ``copy`` and ``torch.save`` keep
-torch's own ``__reduce__``.
+Torch's own reduction shares the state through a file descriptor that is gone before a spawn
+child starts (pytorch#146828). For ``ForkingPickler`` only, a reducer ships the device, the
+initial seed and the state as bytes; ``pickle``, ``copy`` and ``torch.save`` keep torch's own.
 """
 from mpcompat.patches import Skip
 from mpcompat.patching.patcher import Patcher
@@ -22,7 +14,7 @@ def reduce_generator(gen):
     """Reduce a ``torch.Generator`` to its device, initial seed and state bytes."""
     from mpcompat.rebuild import rebuild_torch_generator  # loaded with the first generator sent
     return rebuild_torch_generator, (str(gen.device), gen.initial_seed(),
-                               bytes(gen.get_state().tolist()))
+                                     bytes(gen.get_state().tolist()))
 
 
 def apply(module):
@@ -30,9 +22,8 @@ def apply(module):
     cls = getattr(module, "Generator", None)
     if cls is None or not hasattr(cls, "get_state"):
         raise Skip("torch.Generator has no get_state")
-    # The package first: importing multiprocessing.reduction while another thread is still
-    # initializing the multiprocessing package can deadlock inside CPython (they import each
-    # other); importing the package waits for that thread instead.
+    # The package first: importing multiprocessing.reduction while another thread initializes
+    # the package can deadlock (they import each other); this waits for that thread instead.
     import multiprocessing  # noqa: F401
     from multiprocessing.reduction import ForkingPickler
     current = ForkingPickler._extra_reducers.get(cls, reduce_generator)

@@ -1,21 +1,12 @@
 """Patch ``torch.stuck_waits``: a DataLoader batch or a ``torch.multiprocessing.spawn`` join
 waited for too long dumps the stacks of this process and of its workers
-(``MPCOMPAT_HANG_DUMP``).
+(``MPCOMPAT_HANG_DUMP``; see ``mpcompat.workers.hang_watch``).
 
-Off unless ``MPCOMPAT_HANG_DUMP=SECONDS`` is set: a spawn join lasts a whole training run and
-a slow dataset can take long per batch, so a stack dump would be noise by default. When unset
-the patch is "not needed" and nothing is wrapped. See ``mpcompat.workers.hang_watch`` for the watchdog
-and the dump.
-
-Two library methods are wrapped in place with ``wrapt.FunctionWrapper`` (the classes keep
-their identity; ``__wrapped__`` is the original):
-- ``_MultiProcessingDataLoaderIter._get_data`` (``torch.utils.data.dataloader``): one call
-  per batch received, registered with the watchdog; a batch arriving ends the wait, so a
-  loader whose batches keep coming never dumps. Workers asked for their stacks:
-  ``self._workers``. A loader ``timeout`` shorter than SECONDS is not watched.
-- ``ProcessContext.join`` (``torch.multiprocessing.spawn``): ``spawn(join=True)`` calls it in a
-  loop until every process has exited; each call ends when a process exits (progress).
-  Workers: ``self.processes``.
+Wrapped in place with ``wrapt.FunctionWrapper`` (the classes keep their identity):
+``_MultiProcessingDataLoaderIter._get_data`` (one call per batch: a batch arriving ends the
+wait; workers ``self._workers``; a loader ``timeout`` shorter than SECONDS is not watched) and
+``ProcessContext.join`` (``spawn(join=True)`` calls it until every process has exited; each
+call ends when one exits; workers ``self.processes``).
 """
 from mpcompat.workers import hang_watch
 from mpcompat.patches import Skip
@@ -26,17 +17,13 @@ patcher = Patcher()
 
 
 def _describe_batch(it):
-    workers = getattr(it, "_workers", None) or ()
-    return "a batch from a DataLoader (batch %s of %s; %d worker processes; dataset %s)" % (
-        getattr(it, "_rcvd_idx", "?"), _length(it), len(workers),
-        type(getattr(it, "_dataset", None)).__name__)
-
-
-def _length(it):
     try:
-        return len(it)
+        length = len(it)
     except Exception:
-        return "?"
+        length = "?"
+    return "a batch from a DataLoader (batch %s of %s; %d worker processes; dataset %s)" % (
+        getattr(it, "_rcvd_idx", "?"), length, len(getattr(it, "_workers", None) or ()),
+        type(getattr(it, "_dataset", None)).__name__)
 
 
 def _loader_workers(it):
@@ -56,30 +43,24 @@ def _spawn_workers(context):
             for i, p in enumerate(list(getattr(context, "processes", None) or ()))]
 
 
-# What the dump says about each kind of wait (see mpcompat.workers.hang_watch.kind).
 _BATCH = hang_watch.kind(_describe_batch, _loader_workers)
 _JOIN = hang_watch.kind(_describe_join, _spawn_workers)
 
 
-def _get_data(wrapped, instance, args, kwargs):
-    """Around ``_get_data``: the wait for one batch is watched."""
-    timeout = getattr(instance, "_timeout", 0)
-    if timeout and timeout > 0 and hang_watch.short(timeout):
-        return wrapped(*args, **kwargs)
-    return hang_watch.call_watched(instance, _BATCH, wrapped, *args, **kwargs)
+def _watching(kind, timeout_of):
+    """A wrapt wrapper: the call is watched unless its timeout is shorter than SECONDS."""
+    def wrapper(wrapped, instance, args, kwargs):
+        if hang_watch.short(timeout_of(instance, args, kwargs)):
+            return wrapped(*args, **kwargs)
+        return hang_watch.call_watched(instance, kind, wrapped, *args, **kwargs)
+    return wrapper
 
 
-def _join(wrapped, instance, args, kwargs):
-    """Around ``ProcessContext.join``: the wait for the next process to exit is watched."""
-    timeout = args[0] if args else kwargs.get("timeout")
-    if timeout is not None and hang_watch.short(timeout):
-        return wrapped(*args, **kwargs)
-    return hang_watch.call_watched(instance, _JOIN, wrapped, *args, **kwargs)
-
-
-_SLOTS = {
-    "torch.utils.data.dataloader": ("_MultiProcessingDataLoaderIter", "_get_data", _get_data),
-    "torch.multiprocessing.spawn": ("ProcessContext", "join", _join),
+_SLOTS = {  # a loader's timeout 0 means none
+    "torch.utils.data.dataloader": ("_MultiProcessingDataLoaderIter", "_get_data", _watching(
+        _BATCH, lambda it, args, kwargs: getattr(it, "_timeout", 0) or None)),
+    "torch.multiprocessing.spawn": ("ProcessContext", "join", _watching(
+        _JOIN, lambda context, args, kwargs: args[0] if args else kwargs.get("timeout"))),
 }
 
 

@@ -1,18 +1,12 @@
 """The patch machinery: this package is the post-import hook; ``manager`` applies the patches,
 ``patcher`` is the one way a patch changes anything, ``versions`` reads and compares versions.
 
-The hook: a finder at the front of ``sys.meta_path`` answers only for watched names (one dict
-look-up for every other import). For a watched name it takes the spec the finders behind it
-give and chains that spec's loader: the callbacks run right after the module's code has run,
-once per execution of that code (first import and ``importlib.reload`` alike), still under the
-module's import lock. While the module runs, its ``__loader__`` and ``__spec__.loader`` are the
-real loader.
-
-A watched submodule that finishes while its watched top-level package is still executing
-(torch's submodules, during ``import torch``) is called back when that package has finished:
-nothing can use it before, and what the patches import costs a fraction then.
-
-Callbacks must not raise (an escaping exception is dropped: it never breaks the user's import).
+A finder at the front of ``sys.meta_path`` answers only for watched names (one dict look-up for
+others). It chains the loader of the spec the finders behind it give: the callbacks run right
+after the module's code, once per execution of it (import and reload alike), under the module's
+import lock. A watched submodule that finishes while its watched top-level package still runs
+(torch's, during ``import torch``) is called back when the package has finished: nothing can use
+it before, and what the patches import costs less then. Callbacks must not raise.
 """
 import sys
 
@@ -33,12 +27,10 @@ class _ChainedLoader(object):
 
     def create_module(self, spec):
         """The real loader's module creation."""
-        create = getattr(self.loader, "create_module", None)
-        return create(spec) if create is not None else None
+        return getattr(self.loader, "create_module", lambda _: None)(spec)
 
     def exec_module(self, module):
-        """Execute the module with the real loader (which it sees as its loader), then call
-        back."""
+        """Execute the module with the real loader (its ``__loader__``), then call back."""
         module.__loader__ = self.loader
         spec = getattr(module, "__spec__", None)
         if spec is not None and spec.loader is self:
@@ -56,9 +48,8 @@ class _ChainedLoader(object):
         if top != name and top in _executing:
             _deferred.setdefault(top, []).append(module)
             return
-        _call_back(module)
-        for submodule in _deferred.pop(name, ()):
-            _call_back(submodule)
+        for done in [module] + _deferred.pop(name, []):
+            _call_back(done)
 
     def __getattr__(self, name):
         return getattr(self.loader, name)
@@ -91,8 +82,7 @@ _finder = _PostImportFinder()
 
 
 def watch(name, callback):
-    """Call ``callback(module)`` each time module ``name`` finishes executing from now on (a
-    module imported already is the caller's to handle: see :func:`imported`)."""
+    """Call ``callback(module)`` each time module ``name`` finishes executing from now on."""
     callbacks = _callbacks.setdefault(name, [])
     if callback not in callbacks:
         callbacks.append(callback)
@@ -121,12 +111,6 @@ def imported(name):
     running = name in _executing or getattr(getattr(module, "__spec__", None),
                                             "_initializing", False)
     return module, not running
-
-
-def ahead_of_hook():
-    """The finders in front of mpcompat's on ``sys.meta_path`` (None: the hook is not there)."""
-    path = list(sys.meta_path)
-    return path[:path.index(_finder)] if _finder in path else None
 
 
 def _call_back(module):

@@ -1,11 +1,6 @@
-"""The one way a patch changes a library: replace an attribute (or a registry's item), remember
-the original, put it back later, and only where the replacement is still ours (gevent.monkey's
-saved originals).
-
-A patch module keeps one ``Patcher``; its ``apply(module)`` calls :meth:`Patcher.replace`,
-:meth:`Patcher.wrap` or :meth:`Patcher.replace_item`, and its ``revert(module)`` calls
-:meth:`Patcher.restore` with the same module. Replacements are grouped by the target module
-they were made for, so a patch with two targets reverts each one on its own.
+"""The one way a patch changes a library (gevent.monkey's saved originals): replace an attribute
+or a registry's item, remember the original, and put it back only where ours is still in place.
+A patch's ``apply(module)`` replaces; its ``revert(module)`` restores what it did for ``module``.
 """
 from _thread import RLock
 
@@ -20,24 +15,23 @@ class Patcher(object):
         self._records = {}  # (id(owner), name, item) -> [owner, name, item, original, new, target]
 
     def replace(self, owner, name, new, target=None):
-        """Set ``owner.name`` to ``new`` (as stored in ``owner.__dict__``, so a ``classmethod``
-        stays one) and remember what was there. Replacing what is already ours keeps the first
-        original. ``target``: the module the replacement belongs to (default: the owner's).
-        ``name`` may be one kept outside ``__dict__`` by a data descriptor: an object's
-        ``__class__`` (switched in place: the object keeps its identity and contents) or a
-        function's ``__qualname__``."""
-        return self._replace(owner, name, False, new, target or _module_of(owner))
+        """Set ``owner.name`` to ``new`` (as stored in ``owner.__dict__``: a ``classmethod``
+        stays one) and remember the first original. ``target``: the module the replacement
+        belongs to (default: the owner's). ``name`` may be kept by a data descriptor of the
+        type: an object's ``__class__`` (switched in place) or a function's ``__qualname__``."""
+        if target is None:
+            target = owner.__name__ if type(owner).__name__ == "module" else getattr(
+                owner, "__module__", None)
+        return self._replace(owner, name, False, new, target)
 
     def replace_item(self, mapping, key, value, target):
         """Set ``mapping[key]`` to ``value`` (a registry such as
-        ``ForkingPickler._extra_reducers``) and remember what was there, as :meth:`replace`
-        does; ``target``: the name of the module the item belongs to."""
+        ``ForkingPickler._extra_reducers``) as :meth:`replace` does; ``target``: a module name."""
         return self._replace(mapping, key, True, value, target)
 
     def wrap(self, owner, name, wrapper, target=None):
-        """Replace ``owner.name`` with ``wrapt.FunctionWrapper(original, wrapper)``: the wrapper
-        keeps the original's identity (``__wrapped__``, signature, ``isinstance``). Never use it
-        for functions that must pickle by reference: proxies do not pickle."""
+        """Replace ``owner.name`` with ``wrapt.FunctionWrapper(original, wrapper)``, which keeps
+        the original's identity; never for functions that must pickle by reference."""
         import wrapt  # only here: patches of the standard library never import it
         original = self.original(owner, name)
         return self.replace(owner, name, wrapt.FunctionWrapper(original, wrapper), target)
@@ -46,7 +40,12 @@ class Patcher(object):
         """What ``owner.name`` was before this patcher replaced it (what it is, otherwise)."""
         with self._lock:
             value = self._original(owner, name, False)
-        return value if value is not _ABSENT else _inherited(owner, name)
+        if value is not _ABSENT:
+            return value
+        for base in getattr(owner, "__mro__", (owner,))[1:]:  # inherited: the raw descriptor
+            if name in base.__dict__:
+                return base.__dict__[name]
+        return getattr(owner, name)
 
     def restore(self, module=None):
         """Put back the originals replaced for ``module`` (every one when None), each only if
@@ -101,17 +100,3 @@ def _put(owner, name, item, value):
         delattr(owner, name)
     else:
         setattr(owner, name, value)
-
-
-def _inherited(owner, name):
-    """The raw attribute a class inherits (a descriptor as its base stores it)."""
-    for base in getattr(owner, "__mro__", (owner,))[1:]:
-        if name in base.__dict__:
-            return base.__dict__[name]
-    return getattr(owner, name)
-
-
-def _module_of(owner):
-    if type(owner).__name__ == "module":
-        return owner.__name__
-    return getattr(owner, "__module__", None)

@@ -1,20 +1,19 @@
 """Versions: read cheaply, compared leniently.
 
-``2.13.0+cpu``, ``1.9.0a0+git1234`` and ``1.4.0rc1`` all count as their leading release
-numbers: pre-release, local and dev parts are ignored, so a nightly or a distro build of a
-supported release is treated as that release.
-
-Reading a version happens when a patch is about to apply, in every process that imports its
-target, so it avoids ``importlib.metadata`` (tens of milliseconds): the package's own
-``__version__`` first, then the ``<name>-<version>.dist-info`` (or ``.egg-info``) directory
-next to the package, and only then the metadata machinery.
+``2.13.0+cpu``, ``1.9.0a0+git1234`` and ``1.4.0rc1`` count as their release numbers: a
+nightly or a distro build of a supported release is that release. Read when a patch is about
+to apply, in every process that imports its target: the package's ``__version__`` first, then
+the ``<name>-<version>.dist-info`` (or ``.egg-info``) directory next to it, and only then
+``importlib.metadata`` (tens of milliseconds).
 """
 import os
 import sys
+from itertools import takewhile
 
-# No regular expressions here: this module loads when the first patch target is imported, in
-# processes that may never import ``re`` otherwise (3 ms).
-_OPERATORS = (">=", "<=", "==", "!=", ">", "<")
+# No regular expressions: this module loads when the first patch target is imported, in
+# processes that may never import ``re`` otherwise (3 ms). Each operator (longest first) and
+# the values of cmp(version, bound) it accepts.
+_OPERATORS = {">=": (0, 1), "<=": (-1, 0), "==": (0,), "!=": (-1, 1), ">": (1,), "<": (-1,)}
 _listings = {}  # directory -> {normalized distribution name: version} of its metadata dirs
 
 
@@ -23,38 +22,31 @@ def parse(version):
     text = (version or "").strip()
     if text[:1] in ("v", "V"):
         text = text[1:]
-    end = 0
-    while end < len(text) and (text[end] in "0123456789."):
-        end += 1
-    parts = text[:end].split(".")
-    while parts and not parts[-1]:  # "3." is 3
-        parts.pop()
-    if not parts or not all(parts):
+    release = "".join(takewhile(lambda char: char in "0123456789.", text))
+    parts = release.rstrip(".").split(".")  # "3." is 3
+    if not all(parts):
         return None
     return tuple(int(part) for part in parts)
 
 
-def _pad(a, b):
-    width = max(len(a), len(b))
-    return a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
-
-
 def in_range(version, spec):
-    """Whether ``version`` (a string) satisfies ``spec`` such as ``">=1.8,<2.14"``.
-
-    An empty ``spec`` accepts every version that has release numbers.
-    """
+    """Whether ``version`` (a string) satisfies ``spec`` such as ``">=1.8,<2.14"`` (an empty
+    ``spec`` accepts every version that has release numbers); ValueError for a bad spec."""
     release = parse(version)
     if release is None:
         return False
     for clause in spec.split(","):
-        if not clause.strip():
+        text = clause.strip()
+        if not text:
             continue
-        op, bound = _clause(clause, spec)
-        have, want = _pad(release, bound)
-        ok = {">=": have >= want, "<=": have <= want, "==": have == want,
-              "!=": have != want, ">": have > want, "<": have < want}[op]
-        if not ok:
+        op = next((op for op in _OPERATORS if text.startswith(op)), "")
+        bound = text[len(op):].strip().split(".")
+        if not op or not all(part.isdigit() for part in bound):
+            raise ValueError("bad version clause %r in %r" % (clause, spec))
+        bound = tuple(int(part) for part in bound)
+        # Both padded with zeros to the same length: 2.13 == 2.13.0.
+        have, want = release + (0,) * len(bound), bound + (0,) * len(release)
+        if (have > want) - (have < want) not in _OPERATORS[op]:
             return False
     return True
 
@@ -66,17 +58,33 @@ def newer_than(version, spec):
     return not in_range(version, spec) and in_range(version, lower)
 
 
-def _clause(clause, spec):
-    """``">= 2.4"`` -> ``(">=", (2, 4))``; ValueError for anything else."""
-    text = clause.strip()
-    for op in _OPERATORS:
-        if text.startswith(op):
-            bound = text[len(op):].strip()
-            parts = bound.split(".")
-            if bound and all(part.isdigit() for part in parts):
-                return op, tuple(int(part) for part in parts)
-            break
-    raise ValueError("bad version clause %r in %r" % (clause, spec))
+def python_version():
+    """This interpreter's version, e.g. ``"3.11.7"``."""
+    return "%d.%d.%d" % sys.version_info[:3]
+
+
+def version_of(distributions, package):
+    """Return ``(distribution, version)`` for a library, or ``(None, None)``: the
+    ``__version__`` of ``package`` (``"torch"``) where it has one, else the first of
+    ``distributions`` installed."""
+    module = sys.modules.get(package)
+    own = getattr(module, "__version__", None)
+    own = str(own) if own is not None and parse(str(own)) is not None else None
+    if own is not None and len(distributions) < 2:  # no need to look which one provides it
+        return (distributions[0] if distributions else None), own
+    for dist in distributions:
+        version = _dist_info_version(dist, module)
+        if version is not None:
+            return dist, own or version
+    if own is not None:
+        return distributions[0], own
+    from importlib import metadata
+    for dist in distributions:
+        try:
+            return dist, metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None, None
 
 
 def _normal(name):
@@ -88,68 +96,18 @@ def _normal(name):
     return name
 
 
-def python_version():
-    """This interpreter's version, e.g. ``"3.11.7"``."""
-    return "%d.%d.%d" % sys.version_info[:3]
-
-
-def version_of(distributions, package):
-    """Return ``(distribution, version)`` for a library, or ``(None, None)``.
-
-    package: the name of the top-level package (``"torch"``), whose ``__version__`` is used if
-    it is imported and has one; otherwise the first of ``distributions`` found installed.
-    """
-    module = sys.modules.get(package)
-    version = getattr(module, "__version__", None)
-    if version is not None and parse(str(version)) is not None:
-        return _installed_name(distributions, module), str(version)
-    return installed_version(distributions, module)
-
-
-def _installed_name(distributions, module):
-    """Which of ``distributions`` provides ``module`` (the first one when that is unclear)."""
-    if len(distributions) > 1:
-        for dist in distributions:
-            if _dist_info_version(dist, module) is not None:
-                return dist
-    return distributions[0] if distributions else None
-
-
-def installed_version(distributions, module=None):
-    """Return ``(distribution, version)`` for the first of ``distributions`` installed.
-
-    Looks next to ``module`` (an imported package) for its ``.dist-info`` first; falls back to
-    ``importlib.metadata``. Returns ``(None, None)`` when none is installed.
-    """
-    for dist in distributions:
-        version = _dist_info_version(dist, module)
-        if version is not None:
-            return dist, version
-    try:
-        from importlib import metadata
-    except ImportError:  # pragma: no cover (Python < 3.8)
-        return None, None
-    for dist in distributions:
-        try:
-            return dist, metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None, None
-
-
 def _dist_info_version(dist, module):
     """The version in the name of ``dist``'s metadata directory beside ``module``, or None."""
     location = getattr(module, "__file__", None)
     if not location:
         return None
-    package_dir = os.path.dirname(os.path.abspath(location))
+    directory = os.path.dirname(os.path.abspath(location))
     if os.path.basename(location).startswith("__init__."):
-        package_dir = os.path.dirname(package_dir)
-    found = _listings.get(package_dir)
-    if found is None:
-        found = _listings[package_dir] = _metadata_dirs(package_dir)
-    version = found.get(_normal(dist))
-    return version if version is not None and parse(version) is not None else None
+        directory = os.path.dirname(directory)
+    if directory not in _listings:
+        _listings[directory] = _metadata_dirs(directory)
+    version = _listings[directory].get(_normal(dist))
+    return version if parse(version) is not None else None
 
 
 def _metadata_dirs(directory):
@@ -162,11 +120,10 @@ def _metadata_dirs(directory):
     egg_tag = "-py%d.%d" % sys.version_info[:2]
     found = {}
     for entry in entries:
-        if not entry.endswith((".dist-info", ".egg-info")) or "-" not in entry:
-            continue
-        name, rest = entry.split("-", 1)
-        version = rest.rsplit(".", 1)[0]
-        if version.endswith(egg_tag):
-            version = version[:-len(egg_tag)]
-        found.setdefault(_normal(name), version)
+        if entry.endswith((".dist-info", ".egg-info")) and "-" in entry:
+            name, rest = entry.split("-", 1)
+            version = rest.rsplit(".", 1)[0]
+            if version.endswith(egg_tag):
+                version = version[:-len(egg_tag)]
+            found.setdefault(_normal(name), version)
     return found

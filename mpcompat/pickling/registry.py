@@ -1,22 +1,16 @@
-"""The reducer registry: mpcompat's entries in ``copyreg.dispatch_table``.
+"""The reducer registry: mpcompat's entries in ``copyreg.dispatch_table``, which every pickler,
+``ForkingPickler``, ``torch.save`` and ``copy`` consult. It remembers the entry copyreg held
+before, for ``unregister`` to put back.
 
-copyreg's table is what the C and pure-Python picklers, ``ForkingPickler`` (which copies it at
-every ``__init__``), ``torch.save`` and ``copy.copy``/``copy.deepcopy`` all consult, so an entry
-made here applies everywhere at once. The registry remembers, for each type it manages, the
-entry copyreg held before mpcompat touched that type, so that ``unregister`` can put it back.
-
-copyreg is imported on first use, not with this module: activation defers registering the
-built-in reducers until copyreg is imported (nothing can pickle before), and its import hook
-may call back into this module while copyreg itself is being imported.
+copyreg is imported on first use, not with this module: activation registers the built-in
+reducers only once copyreg is imported, and its import hook may call back in meanwhile.
 """
 from _thread import RLock
 
 __all__ = ["register", "unregister", "registered", "registering", "reducer"]
 
 _MISSING = object()
-# types.FunctionType and types.MappingProxyType, without importing types (start-up time)
-_FunctionType = type(lambda: None)
-_MappingProxyType = type(type.__dict__)
+_MappingProxyType = type(type.__dict__)  # not importing types (start-up time)
 _lock = RLock()
 # cls -> (reducer, the copyreg entry before mpcompat first registered cls, or _MISSING)
 _entries = {}
@@ -26,36 +20,38 @@ _entries = {}
 # pickle.PickleBuffer (3.8+) is one too; it is checked by name to keep pickle out of start-up.
 _NEVER_DISPATCHED = frozenset(
     [type(None), bool, int, float, bytes, bytearray, str, tuple, list, dict, set, frozenset,
-     type, _FunctionType])
+     type, type(lambda: None)])
 
 
 def _table():
-    import copyreg
+    import copyreg  # a first import registers the pending built-in reducers
     return copyreg.dispatch_table
 
 
-def _describe(obj):
-    return "%r (%s)" % (obj, type(obj).__name__)
+def _name(cls):
+    return "%s.%s" % (cls.__module__, cls.__qualname__)
+
+
+def _check_cls(cls):
+    if not isinstance(cls, type):
+        raise TypeError("cls must be a type (a class), got %r (%s)" % (cls, type(cls).__name__))
 
 
 def _check(cls, reducer):
-    if not isinstance(cls, type):
-        raise TypeError("cls must be a type (a class), got %s" % _describe(cls))
+    _check_cls(cls)
     if not callable(reducer):
-        raise TypeError("reducer must be callable (obj -> reduce tuple), got %s" % _describe(reducer))
+        raise TypeError("reducer must be callable (obj -> reduce tuple), got %r (%s)"
+                        % (reducer, type(reducer).__name__))
     if cls in _NEVER_DISPATCHED or (cls.__module__, cls.__name__) == ("pickle", "PickleBuffer"):
-        raise ValueError(
-            "cls %s.%s cannot get a reducer: pickle handles it before it consults copyreg, so a "
-            "reducer would never run" % (cls.__module__, cls.__qualname__))
+        raise ValueError("cls %s cannot get a reducer: pickle handles it before it consults "
+                         "copyreg, so a reducer would never run" % _name(cls))
 
 
 def register(cls, reducer, *, override=False):
-    """Make ``reducer`` pickle instances of exactly ``cls``; return ``reducer``.
+    """Make ``reducer`` (obj -> reduce tuple) pickle instances of exactly ``cls``; return it.
 
-    ``reducer(obj)`` returns a reduce tuple, as for ``copyreg.pickle``; the callable it names
-    must be importable in the process that unpickles. Registering the same reducer again is a
-    no-op. A type that already has a copyreg entry mpcompat did not make, or a different
-    mpcompat reducer, is refused with ``ValueError`` unless ``override=True``.
+    The same reducer again is a no-op; replacing a copyreg entry (mpcompat's or another
+    package's) raises ``ValueError`` unless ``override=True``.
     """
     _check(cls, reducer)
     table = _table()  # outside the lock: a first import of copyreg runs activation's hook
@@ -66,47 +62,35 @@ def register(cls, reducer, *, override=False):
             return reducer
         if not override and current is not _MISSING:
             owner = "mpcompat" if entry is not None and current is entry[0] else "another package"
-            raise ValueError(
-                "cls %s.%s already has a copyreg reducer (%r, registered by %s); pass "
-                "override=True to replace it" % (cls.__module__, cls.__qualname__, current, owner))
-        previous = entry[1] if entry is not None else current
-        _entries[cls] = (reducer, previous)
+            raise ValueError("cls %s already has a copyreg reducer (%r, registered by %s); pass "
+                             "override=True to replace it" % (_name(cls), current, owner))
+        _entries[cls] = (reducer, current if entry is None else entry[1])
         table[cls] = reducer
     return reducer
 
 
 def reducer(cls, *, override=False):
     """Decorator form of :func:`register`: ``@mpcompat.reducer(MyType)`` above the reducer."""
-    if not isinstance(cls, type):
-        raise TypeError("cls must be a type (a class), got %s" % _describe(cls))
-
-    def decorate(func):
-        return register(cls, func, override=override)
-    return decorate
+    _check_cls(cls)
+    return lambda func: register(cls, func, override=override)
 
 
 def unregister(cls):
-    """Remove mpcompat's reducer for ``cls`` and restore the copyreg entry it replaced.
-
-    If something else has replaced mpcompat's entry in copyreg since, that entry is left alone.
-    Raises ``ValueError`` if mpcompat manages no reducer for ``cls``.
-    """
-    if not isinstance(cls, type):
-        raise TypeError("cls must be a type (a class), got %s" % _describe(cls))
-    _table()  # registers pending built-in reducers first
+    """Remove mpcompat's reducer for ``cls``; restore the copyreg entry it replaced, unless
+    something else replaced mpcompat's since. ``ValueError`` if mpcompat manages none."""
+    _check_cls(cls)
+    table = _table()
     with _lock:
         entry = _entries.pop(cls, None)
         if entry is None:
-            raise ValueError("cls %s.%s has no reducer registered by mpcompat"
-                             % (cls.__module__, cls.__qualname__))
-        _restore_copyreg(cls, entry[0], entry[1])
+            raise ValueError("cls %s has no reducer registered by mpcompat" % _name(cls))
+        if table.get(cls, _MISSING) is entry[0]:
+            _put(table, cls, entry[1])
 
 
 def unregister_if(cls, reducer):
-    """Unregister ``cls`` only while ``reducer`` is the reducer mpcompat holds for it.
-
-    Returns True if it did. Used by deactivation, which must not undo a user's override.
-    """
+    """Unregister ``cls`` only while mpcompat holds ``reducer`` for it (deactivation must not
+    undo a user's override); return whether it did."""
     with _lock:
         entry = _entries.get(cls)
         if entry is None or entry[0] is not reducer:
@@ -115,28 +99,26 @@ def unregister_if(cls, reducer):
         return True
 
 
-def _restore_copyreg(cls, ours, previous):
-    if _table().get(cls, _MISSING) is not ours:
-        return  # replaced by someone else since: theirs stays
-    if previous is _MISSING:
-        del _table()[cls]
+def _put(table, cls, value):
+    """``table[cls] = value``, or remove ``cls`` from it if ``value`` is _MISSING."""
+    if value is _MISSING:
+        table.pop(cls, None)
     else:
-        _table()[cls] = previous
+        table[cls] = value
 
 
 def registered():
     """Return a read-only snapshot mapping each type mpcompat manages to its reducer."""
-    _table()  # registers pending built-in reducers first
+    _table()
     with _lock:
         return _MappingProxyType({cls: entry[0] for cls, entry in _entries.items()})
 
 
 class registering(object):
-    """Context manager: register ``{cls: reducer}`` for a ``with`` block only.
+    """Context manager: register ``{cls: reducer}`` (process-wide) for a ``with`` block only.
 
-    On exit the previous state (mpcompat's entries and copyreg's) is restored exactly, also
-    when the block raises. The registration is process-wide while the block runs.
-    ``__enter__`` returns :func:`registered` as it stands inside the block.
+    On exit, also when the block raises, the previous entries (mpcompat's and copyreg's) are
+    restored exactly. ``__enter__`` returns :func:`registered` as it stands inside the block.
     """
 
     def __init__(self, reducers, *, override=False):
@@ -144,34 +126,24 @@ class registering(object):
         for cls, func in self._items:
             _check(cls, func)
         self._override = override
-        self._saved = None
 
     def __enter__(self):
-        _table()  # registers pending built-in reducers first
+        table = _table()
         with _lock:
-            self._saved = [(cls, _entries.get(cls), _table().get(cls, _MISSING))
+            self._saved = [(cls, _entries.get(cls, _MISSING), table.get(cls, _MISSING))
                            for cls, _ in self._items]
             try:
                 for cls, func in self._items:
                     register(cls, func, override=self._override)
             except BaseException:
-                _restore_snapshot(self._saved)
+                self.__exit__()
                 raise
         return registered()
 
     def __exit__(self, *exc_info):
+        table = _table()
         with _lock:
-            _restore_snapshot(self._saved)
+            for cls, entry, copyreg_entry in self._saved:
+                _put(_entries, cls, entry)
+                _put(table, cls, copyreg_entry)
         return False
-
-
-def _restore_snapshot(saved):
-    for cls, entry, copyreg_entry in saved:
-        if entry is None:
-            _entries.pop(cls, None)
-        else:
-            _entries[cls] = entry
-        if copyreg_entry is _MISSING:
-            _table().pop(cls, None)
-        else:
-            _table()[cls] = copyreg_entry

@@ -1,24 +1,16 @@
 """Why a child process failed while starting, told to its parent.
 
-A child that dies before it runs its target (a spawn or forkserver child that cannot unpickle
-what it was sent or import the main module, a Pool worker whose initializer raises) prints its
-traceback to its own stderr; its parent only sees an exit code, or nothing (a Pool starts a new
-worker). The child calls :func:`record`; the parent, once it notices the dead child, calls
-:func:`take` or :func:`note_for` and names the cause in its own error.
+A child that dies before it runs its target (it cannot unpickle what it was sent or import the
+main module, a Pool initializer raises) calls :func:`record`; its parent, once it notices the
+dead child, calls :func:`take` or :func:`note_for` and names the cause in its own error.
 
-The channel is a listening Unix socket the parent owns, opened by :func:`listen` before it
-starts its first child (the ``multiprocessing.failure_records`` patch calls it from
-``Process.start``). Its address reaches spawn and forkserver children in the preparation data
-multiprocessing sends them (:func:`preparation_key`, read back by :func:`heard_from_parent`);
-fork children inherit it with the memory. The environment is left alone. A child connects,
-writes one JSON record and closes; the record waits in the kernel, in the connection not yet
-accepted, until the parent reads it.
-- Linux: an abstract socket (no file at all); the kernel gives the sender's pid and uid
-  (``SO_PEERCRED``), and a record is kept only from a process of this user whose pid is the one
-  it names and whose parent is this process or its forkserver.
-- Other Unix systems: a socket file in a private directory (mode 0700) that the parent removes
-  at exit. Windows: no channel; the child's stderr is the only report.
-Nothing runs at import or while all goes well, and nothing is left on disk once the parent ends.
+The channel is a listening Unix socket the parent opens (:func:`listen`, from ``Process.start``)
+before its first child starts. Spawn and forkserver children get its address in their
+preparation data (:func:`heard_from_parent`); fork children inherit it. A child connects, writes
+one JSON record and closes; the record waits in the kernel until the parent reads it. On Linux
+the socket is abstract and a record is kept only from a process of this user (``SO_PEERCRED``)
+with the pid it names, whose parent is this process or its forkserver; elsewhere on Unix it is
+a file in a private directory removed at exit; Windows has no channel. Nothing runs at import.
 """
 import os
 import sys
@@ -35,25 +27,20 @@ _MARK = "_mpcompat_recorded"
 
 
 class _Channel(object):
-    """This process's listening socket and the records read from it, not yet taken."""
-
-    def __init__(self):
-        self.owner = None      # pid of the process that opened ``sock``
-        self.sock = None
-        self.address = None    # where ``sock`` listens, "<owner pid>:<address>"
-        self.directory = None  # the socket file's directory (not on Linux)
-        self.records = {}      # pid -> record, in arrival order
-        self.parent = None     # a fork child's: the channel it inherited from its parent
-        self.told = None       # (pid, address): what a spawn or forkserver child was told
+    """This process's listening socket (``address``: "<owner pid>:<socket address>") and the
+    records read from it, not yet taken (``records``: pid -> record, in arrival order).
+    ``parent``: a fork child's, the channel it inherited; ``told``: (pid, address), what a
+    spawn or forkserver child was told."""
+    owner = sock = address = directory = parent = told = None
 
 
 _channel = _Channel()
+_channel.records = {}
 
 
 def listen():
-    """In a parent about to start a child: open this process's channel, or read the records
-    waiting on it (one system call when there are none), so that :func:`forget` can tell them
-    from the new child's. Never raises."""
+    """Before starting a child: open this process's channel, or read the records waiting on it
+    (for :func:`forget`). Never raises."""
     try:
         if _channel.owner == os.getpid():
             _read()
@@ -65,10 +52,9 @@ def listen():
 
 def _open():
     import socket
-    family = getattr(socket, "AF_UNIX", None)
-    if family is None:
+    if not hasattr(socket, "AF_UNIX"):
         return
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     directory = None
     try:
         if sys.platform.startswith("linux"):
@@ -84,9 +70,9 @@ def _open():
         sock.close()
         _remove_directory(directory)
         raise
-    old = _channel.sock  # ours, or the parent's inherited by fork: not read here
-    if _channel.owner is not None and _channel.owner != os.getpid():
-        _channel.parent = _channel.address  # a fork child: its parent's, inherited
+    old = _channel.sock  # the parent's, inherited by fork: not read here
+    if _channel.owner is not None:
+        _channel.parent = _channel.address
     _channel.owner, _channel.sock, _channel.directory = os.getpid(), sock, directory
     _channel.records = {}
     if old is not None:
@@ -102,8 +88,7 @@ def address():
 
 
 def heard_from_parent(value):
-    """In a spawn or forkserver child: ``value`` is the parent's channel, from the preparation
-    data its parent sent (see :func:`address`)."""
+    """In a spawn or forkserver child: ``value`` is the parent's channel (see :func:`address`)."""
     if isinstance(value, str) and value:
         _channel.told = (os.getpid(), value)
 
@@ -134,14 +119,10 @@ def _remove_directory(directory):
 # --- the child side ----------------------------------------------------------------------------
 
 def record(exc, what=None):
-    """In a child process: send why this process failed (``exc``) to its parent.
-
-    Sends the exception's type and message, the mpcompat notes attached to it
-    (``exc.__notes__``) and ``what`` (the step that failed, e.g. "unpickling the process object
-    sent by its parent"). Returns the parent's pid once the record is on its way, None when
-    there is no parent to tell (no channel reached this process from a parent) or on a second
-    call for the same exception. Never raises, prints nothing.
-    """
+    """In a child process: send why it failed (``exc``: its type, message and mpcompat notes;
+    ``what``: the step that failed) to its parent. Returns the parent's pid once the record is
+    on its way; None when no parent's channel reached this process, or on a second call for the
+    same exception. Never raises, prints nothing."""
     try:
         if getattr(exc, "__dict__", {}).get(_MARK):
             return None
@@ -152,16 +133,20 @@ def record(exc, what=None):
         import json
         import socket
         import time
-        from mpcompat.diagnose.notes import notes_of
-        data = {
+        from mpcompat.diagnose.notes import notes_of, own_message
+        try:
+            text = own_message(exc).strip()  # without the notes 3.8-3.10 append to it
+        except Exception:
+            text = "<unprintable>"
+        error = "%s: %s" % (type(exc).__name__, text) if text else type(exc).__name__
+        payload = json.dumps({
             "pid": os.getpid(),
-            "error": _clip(_error_text(exc), _MAX_ERROR),
+            "error": _clip(error, _MAX_ERROR),
             "notes": [_clip(n, _MAX_NOTE) for n in notes_of(exc)][:8],
             "what": _clip(str(what), 300) if what else None,
             "time": time.time(),
             "parent": os.getppid(),
-        }
-        payload = json.dumps(data).encode("utf-8")
+        }).encode("utf-8")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(5.0)
@@ -174,17 +159,6 @@ def record(exc, what=None):
         return None
 
 
-def _error_text(exc):
-    """``"Type: message"``, the message without the notes 3.8-3.10 append to it."""
-    from mpcompat.diagnose.notes import own_message
-    try:
-        text = own_message(exc).strip()
-    except Exception:
-        text = "<unprintable>"
-    name = type(exc).__name__
-    return "%s: %s" % (name, text) if text else name
-
-
 def _clip(text, size):
     return text if len(text) <= size else text[:size - 3] + "..."
 
@@ -192,26 +166,23 @@ def _clip(text, size):
 # --- the parent side ---------------------------------------------------------------------------
 
 def take(pid):
-    """In a parent: return and forget the record of child ``pid``, or None.
-
-    The record is a dict ``{"pid", "error", "notes", "what", "time"}``. Never raises.
-    """
+    """In a parent: return and forget the record of child ``pid`` (a dict ``{"pid", "error",
+    "notes", "what", "time"}``), or None. Never raises."""
     try:
         pid = int(pid)
         _read()
         data = _channel.records.pop(pid, None)
-        if data is None:
-            return None
-        return {"pid": pid, "error": data.get("error") or "", "notes": list(
-            data.get("notes") or ()), "what": data.get("what"), "time": data.get("time")}
+        return None if data is None else {
+            "pid": pid, "error": data.get("error") or "", "notes": list(data.get("notes") or ()),
+            "what": data.get("what"), "time": data.get("time")}
     except Exception:
         return None
 
 
 def forget(pid):
     """In a parent that has just started child ``pid`` (after :func:`listen`): drop a record
-    left by an earlier child with the same pid, so that it is never taken for this one. Reads
-    nothing new: the new child's own record may be waiting already. Never raises."""
+    an earlier child with that pid left, reading nothing new (the new child's own may be
+    waiting already). Never raises."""
     try:
         _channel.records.pop(int(pid), None)
     except Exception:
@@ -234,7 +205,11 @@ def _read():
     sock = _channel.sock
     if sock is None or _channel.owner != os.getpid():
         return
-    parents = _parents()
+    parents = [os.getpid()]  # the parents a record may name: this process and its forkserver
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    server = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    if isinstance(server, int):
+        parents.append(server)
     while True:
         try:
             conn, _ = sock.accept()
@@ -264,75 +239,45 @@ def _receive(conn):
         if uid != os.getuid():
             return None
     conn.settimeout(1.0)
-    chunks = []
     try:
-        while True:
-            chunk = conn.recv(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            if sum(len(c) for c in chunks) > 200000:
-                return None
-        data = json.loads(b"".join(chunks).decode("utf-8"))
+        with conn.makefile("rb") as stream:
+            raw = stream.read(200001)
+        data = json.loads(raw.decode("utf-8")) if len(raw) <= 200000 else None
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or not isinstance(data.get("pid"), int):
         return None
-    if peer is not None and peer != data["pid"]:
-        return None
-    return data
-
-
-def _parents():
-    """The pids a record may name as its parent: this process and its forkserver."""
-    parents = [os.getpid()]
-    forkserver = sys.modules.get("multiprocessing.forkserver")
-    server = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
-    if isinstance(server, int):
-        parents.append(server)
-    return parents
+    return data if peer is None or peer == data["pid"] else None
 
 
 def note_for(pids, what):
-    """In a parent: a note naming why the children ``pids`` failed while starting, or None.
-
-    ``what`` names the children (e.g. "Pool worker process"). The records of ``pids`` are taken
-    (see :func:`take`). The text starts with "mpcompat: " and has, for each child with a record,
-    "<what> (pid N) failed while starting: <error>", then the notes of that error (which carry
-    the fix). Children that failed with the same error share one copy of the notes. Never raises.
-    """
+    """In a parent: take the records of children ``pids`` (``what`` names them, e.g. "Pool
+    worker process") and return :func:`describe` of them, or None. Never raises."""
     try:
-        records = [r for r in (take(pid) for pid in pids) if r is not None]
-        return describe(records, what)
+        return describe([r for r in (take(pid) for pid in pids) if r is not None], what)
     except Exception:
         return None
 
 
 def describe(records, what):
-    """The note :func:`note_for` makes of ``records`` already taken, or None if there are none."""
+    """A note naming why each child of ``records`` failed while starting (its error, the step,
+    then its notes, which carry the fix; one copy per distinct error), or None if none."""
     if not records:
         return None
-    lines, seen = [], {}
+    lines, seen = [], set()
     for rec in records:
         key = (rec["error"], tuple(rec["notes"]), rec["what"])
         if key in seen:
-            lines.append("%s (pid %d) failed while starting the same way." % (
-                what, rec["pid"]))
+            lines.append("%s (pid %d) failed while starting the same way." % (what, rec["pid"]))
             continue
-        seen[key] = rec["pid"]
+        seen.add(key)
         if lines:
             lines.append("")
-        lines.append("%s (pid %d) failed while starting: %s" % (
-            what, rec["pid"], _first_paragraph(rec["error"])))
+        # The error up to its first blank line, on one line (the bootstrapping-phase error
+        # spans fifteen indented lines).
+        head = " ".join(rec["error"].strip().split("\n\n", 1)[0].split())
+        lines.append("%s (pid %d) failed while starting: %s" % (what, rec["pid"], head))
         if rec["what"]:
             lines.append("(while %s)" % rec["what"])
-        for note in rec["notes"]:
-            lines.append(note)
+        lines.extend(rec["notes"])
     return PREFIX + "\n".join(lines)
-
-
-def _first_paragraph(text):
-    """The error up to its first blank line, on one line (the bootstrapping-phase error spans
-    fifteen indented lines)."""
-    head = text.strip().split("\n\n", 1)[0]
-    return " ".join(head.split())

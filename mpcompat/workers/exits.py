@@ -13,24 +13,24 @@ _HINTS = {
 }
 
 
+def _signal_name(exitcode):
+    """The name of the signal that ended a process if ``exitcode`` says one did, else None."""
+    try:
+        return signal.Signals(-exitcode).name if exitcode is not None and exitcode < 0 else None
+    except ValueError:
+        return None
+
+
 def describe_exit(exitcode):
     """``"killed by signal 9 (SIGKILL)"``, ``"exit code 3"`` or ``"still running"``."""
     if exitcode is None:
         return "still running"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            return "killed by signal %d" % -exitcode
-        return "killed by signal %d (%s)" % (-exitcode, name)
-    return "exit code %d" % exitcode
+    if exitcode >= 0:
+        return "exit code %d" % exitcode
+    name = _signal_name(exitcode)
+    return "killed by signal %d" % -exitcode + (" (%s)" % name if name else "")
 
 
 def exit_hint(exitcode):
     """The likely cause of such an end, or "" when there is nothing general to say."""
-    if exitcode is None or exitcode >= 0:
-        return ""
-    try:
-        return _HINTS.get(signal.Signals(-exitcode).name, "")
-    except ValueError:
-        return ""
+    return _HINTS.get(_signal_name(exitcode), "")

@@ -1,9 +1,6 @@
-"""What runs at the start of each DataLoader worker, before the user's ``worker_init_fn``.
-
-A patch that configures workers registers a callback while it is applied (OpenCV's thread
-settings, ``mpcompat.patches.opencv_worker_threads``); ``torch.dataloader_workers`` runs the
-callbacks in each worker. Registering one costs nothing until a worker starts.
-"""
+"""What runs at the start of each DataLoader worker, before the user's ``worker_init_fn``:
+callbacks that patches register while applied (``opencv_worker_threads``), which
+``torch.dataloader_workers`` runs in each worker."""
 
 _callbacks = []
 

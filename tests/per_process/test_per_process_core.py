@@ -129,6 +129,35 @@ def test_factory_that_uses_its_own_object_raises():
         p.name
 
 
+def test_a_recipe_that_holds_its_own_object_is_shown_once_at_any_stack_depth(tmp_path):
+    # The error's text reprs the recipe, which holds the object: unguarded, that recursed until
+    # Python 3.8 aborted the interpreter ("Cannot recover from stack overflow") at some depths.
+    holder = []
+    p = mpcompat.per_process(recursive_factory, holder)
+    holder.append(p)
+    assert "([<mpcompat.per_process ...>])" in repr(p)
+    out = run_script(tmp_path, """
+        import mpcompat
+        from per_process_helpers import recursive_factory
+
+        def at_depth(n):
+            if n:
+                return at_depth(n - 1)
+            holder = []
+            p = mpcompat.per_process(recursive_factory, holder)
+            holder.append(p)
+            try:
+                p.name
+            except RuntimeError as exc:
+                return str(exc)
+
+        texts = [at_depth(depth) for depth in range(40)]
+        assert all("uses the object it is creating" in t and len(t) < 400 for t in texts), texts
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
 def test_factory_errors_propagate_and_nothing_is_kept(tmp_path):
     p = mpcompat.per_process(failing_factory)
     with pytest.raises(RuntimeError, match="raised AttributeError: no such thing"):
