@@ -1,8 +1,7 @@
 """Activation: mpcompat's built-in reducers plus the library patches, switched as one.
 
-Activation runs in every process, so it only watches ``copyreg`` (the reducers are registered
-when it is imported) and the patch targets (the patch manager loads with the first one). A
-broken install is the start-up hook's to report (``_mpcompat_bootstrap``), not this module's.
+It runs in every process, so it only watches ``copyreg`` and the patch targets: the reducers
+register when copyreg is imported, the patch manager loads with the first target.
 """
 import os
 import sys
@@ -25,22 +24,18 @@ def builtin_reducers():
     return dict(BUILTIN_REDUCERS)
 
 
-def _normalize(name):
-    """A patch name as compared: lower case, ``-`` read as ``_`` (``torch.Boolean-Dispatch``)."""
-    return name.strip().lower().replace("-", "_")
-
-
 def _parse_names(value, what, known, strict=True):
-    """Turn a comma-separated string, ``"*"`` or an iterable into a set of known patch names;
-    unknown names raise ValueError (``strict``), else are ignored with a warning."""
-    if isinstance(value, str):
-        value = value.split(",")
-    by_norm = {_normalize(n): n for n in known}
+    """Turn a comma-separated string, ``"*"`` or an iterable into a set of known patch names
+    (compared in lower case, ``-`` as ``_``); unknown ones raise ValueError (``strict``), else
+    are ignored with a warning."""
+    def normalize(name):
+        return name.strip().lower().replace("-", "_")
+    by_norm = {normalize(n): n for n in known}
     names, unknown = set(), []
-    for raw in value or ():
+    for raw in value.split(",") if isinstance(value, str) else value or ():
         if not isinstance(raw, str):
             raise TypeError("%s: patch names are strings, got %r" % (what, raw))
-        norm = _normalize(raw)
+        norm = normalize(raw)
         if norm == "*":
             names.update(known)
         elif norm in by_norm:
@@ -49,24 +44,20 @@ def _parse_names(value, what, known, strict=True):
             unknown.append(raw.strip())
     if not unknown:
         return names
-    message = "%s: unknown patch name(s) %s" % (what, ", ".join(map(repr, unknown)))
-    if strict:
-        raise ValueError("%s; known: %s%s" % (message, ", ".join(sorted(known)),
-                                              _suggestions(unknown, by_norm)))
-    from mpcompat.errors import warn  # a typo in the variable must not turn mpcompat off
-    warn("%s ignored%s; known: %s" % (message, _suggestions(unknown, by_norm), ", ".join(known)))
-    return names
-
-
-def _suggestions(unknown, by_norm):
     import difflib
     hints = []
     for name in unknown:
-        close = difflib.get_close_matches(_normalize(name), list(by_norm), 1, 0.6)
+        close = difflib.get_close_matches(normalize(name), list(by_norm), 1, 0.6)
         if close:
-            hints.append("did you mean %s (for %r)?" % (by_norm[close[0]], name)
-                         if len(unknown) > 1 else "did you mean %s?" % by_norm[close[0]])
-    return " (%s)" % "; ".join(hints) if hints else ""
+            hints.append("did you mean %s%s?" % (
+                by_norm[close[0]], " (for %r)" % name if len(unknown) > 1 else ""))
+    hints = " (%s)" % "; ".join(hints) if hints else ""
+    message = "%s: unknown patch name(s) %s" % (what, ", ".join(map(repr, unknown)))
+    if strict:
+        raise ValueError("%s; known: %s%s" % (message, ", ".join(sorted(known)), hints))
+    from mpcompat.errors import warn  # a typo in the variable must not turn mpcompat off
+    warn("%s ignored%s; known: %s" % (message, hints, ", ".join(known)))
+    return names
 
 
 def activate(*, patches=None, disabled_patches=None):
@@ -82,7 +73,7 @@ def activate(*, patches=None, disabled_patches=None):
 def _activate(patches, disabled_patches, how):
     from mpcompat import patches as patch_table
     from mpcompat import patching as importhook
-    table = patch_table.PATCHES
+    table = patch_table.PATCHES  # read once: a test may swap in a table of its own
     known = [spec.name for spec in table]
     requested = set(known) if patches is None else _parse_names(patches, "patches", known)
     if disabled_patches is None:
@@ -92,8 +83,7 @@ def _activate(patches, disabled_patches, how):
     else:
         disabled = _parse_names(disabled_patches, "disabled_patches", known)
         disabled_by = "disabled by activate(disabled_patches=...)"
-    live = {t for spec in table for t in spec.targets
-            if not spec.needs_env or os.environ.get(spec.needs_env, "").strip()}
+    live = {t for spec in table if not spec.env_off() for t in spec.targets}
     with _lock:
         _config["arm"] = (table, frozenset(requested - disabled),
                           disabled_by if disabled else None)
@@ -119,7 +109,7 @@ def _activate(patches, disabled_patches, how):
 
 
 def _arm(manager):
-    """Arm the patches as configured (caller holds the lock): see manager.arm()."""
+    """Arm the patches as configured (the caller holds the lock): see manager.arm()."""
     args, _config["arm"] = _config["arm"], None
     return manager.arm(*args)
 
@@ -140,7 +130,7 @@ def _on_copyreg(module):
     if _state["active"]:
         try:
             _register_builtins()
-        except Exception as exc:  # the user's import goes on; the failure is said, not dropped
+        except Exception as exc:
             _warn_failure("dict views and modules stay unpicklable", exc)
 
 
@@ -163,14 +153,15 @@ def _on_target(module):
     if _state["active"]:
         try:
             ensure_armed().on_module(module)
-        except Exception as exc:  # the user's import goes on; the failure is said, not dropped
+        except Exception as exc:
             _warn_failure("%s is not patched" % module.__name__, exc)
 
 
 def _warn_failure(what, exc):
+    """The user's import goes on: the failure is said, once for one cause, not dropped."""
     from mpcompat.errors import describe, warn
     cause = describe(exc)
-    warn("%s: %s" % (what, cause), key=cause)  # one warning for one cause, whatever it hit
+    warn("%s: %s" % (what, cause), key=cause)
 
 
 def deactivate():
@@ -217,8 +208,8 @@ def activate_on_import():
     boot = sys.modules.get("_mpcompat_bootstrap")
     calls = getattr(boot, "calls", None)
     if calls and getattr(boot, "outcome", "") is None:  # the start-up hook is importing us
-        how = "activated at start-up by %s" % {
-            "mpcompat run": "'mpcompat run'"}.get(calls[0], calls[0])
+        route = {"mpcompat run": "'mpcompat run'"}.get(calls[0], calls[0])
+        how = "activated at start-up by " + route
     else:
         how = "activated by import mpcompat"
     _activate(None, None, how)

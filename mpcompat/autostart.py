@@ -1,9 +1,8 @@
 """Auto-activation at interpreter start: where its hook is, whether it is on, what it did here.
 
 A wheel puts ``mpcompat.pth`` (and, for Python 3.15+, ``mpcompat.start``) in site-packages,
-both calling the top-level ``_mpcompat_bootstrap``. The on/off state lives in these files, as
-installed (so nothing is read at start-up to check it, ``pip uninstall`` removes it, and a
-reinstall turns it on).
+both calling the top-level ``_mpcompat_bootstrap``. The on/off state lives in these files (so
+start-up reads nothing more, ``pip uninstall`` removes it, and a reinstall turns it on).
 """
 import os
 import sys
@@ -78,9 +77,8 @@ def set_enabled(site_dir, enabled):
 
 
 def environment():
-    """Return ``(state, line)``: whether auto-activation at interpreter start is ``"on"``,
-    ``"off"`` or ``"none"`` (no start-up hook installed) for this environment, and one line for
-    ``mpcompat.status()`` that says so, where, and what changes it."""
+    """``(state, line)``: auto-activation at interpreter start is ``"on"``, ``"off"`` or
+    ``"none"`` (no start-up hook installed) here; the line, for status(), says where and how."""
     dirs = hook_dirs()
     if not dirs:
         boot = sys.modules.get("_mpcompat_bootstrap")
@@ -104,3 +102,4 @@ def environment():
         line += (", but it failed in this process tree (%s): its processes start without it"
                  % os.environ["MPCOMPAT_AUTOSTART_FAILED"])
     return "on", line
+

@@ -1,8 +1,6 @@
-"""Exception and warning types raised by mpcompat, and how its warnings are said.
-
-A warning is for something the user must act on, said once per process tree (recorded in
-``MPCOMPAT_WARNED``, which the processes started later inherit), and attributed to the user's
-code that triggered it (the ``import torch`` line), never to a line of mpcompat.
+"""Exception and warning types raised by mpcompat, and how its warnings are said: once per
+process tree (recorded in ``MPCOMPAT_WARNED``, which later processes inherit), attributed to the
+user's code that triggered it (the ``import torch`` line), never to a line of mpcompat.
 """
 import os
 import sys
@@ -43,9 +41,8 @@ class WorkerLostError(RuntimeError):
 
 
 def warn(message, key=None):
-    """One ``MpcompatWarning`` per process tree (``key``, default the message, says which are
-    the same). It never raises: made an error by a filter (``python -W error``) or a raising
-    ``warnings.showwarning``, it is written to stderr instead, and mpcompat carries on."""
+    """One ``MpcompatWarning`` per process tree and ``key`` (default: the message). Never
+    raises: made an error (``python -W error``, a raising ``showwarning``), it goes to stderr."""
     try:
         from binascii import crc32
         tag = "%08x" % (crc32((key or message).encode("utf-8", "replace")) & 0xFFFFFFFF)
@@ -69,8 +66,7 @@ def warn(message, key=None):
 
 def describe(exc):
     """``"RuntimeError: injected (mpcompat/pickling/registry.py, line 178)"``: the error, and
-    the file of mpcompat it was raised in when its message does not name it already (an
-    ImportError names its module)."""
+    the file of mpcompat it was raised in unless the message names it (an ImportError does)."""
     text = "%s: %s" % (type(exc).__name__, exc)
     if isinstance(exc, ImportError):
         return text

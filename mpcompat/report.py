@@ -1,4 +1,5 @@
-"""``mpcompat.status()``: what is active in this process, how it got there, and why."""
+"""``mpcompat.status()`` and ``mpcompat status``: what is active in this process, how it got
+there, and why."""
 import sys
 
 from mpcompat import activation
@@ -11,11 +12,8 @@ class PatchStatus(object):
                  "targets", "summary", "applications")
 
     def __init__(self, st):
-        spec = st.spec
-        self.name, self.supported, self.needed = spec.name, spec.supported, spec.needed
-        self.targets, self.summary = spec.targets, spec.summary
-        self.state, self.reason, self.applications = st.state, st.reason, st.applications
-        self.distribution, self.version = st.distribution, st.version
+        for field in self.__slots__:  # what happened to the patch, else what its row declares
+            setattr(self, field, getattr(st if field in type(st).__slots__ else st.spec, field))
 
     def __repr__(self):
         return "PatchStatus(%r, %r)" % (self.name, self.state)
@@ -34,8 +32,7 @@ class Status(object):
     def __init__(self):
         from mpcompat import autostart
         from mpcompat.pickling import registry
-        state = activation.state()
-        self.active, self.how, self.conflicts = state["active"], state["how"], state["conflicts"]
+        self.__dict__.update(activation.state())  # active, how, conflicts
         self.autostart, self.autostart_line = autostart.environment()
         self.reducers = dict(registry.registered())
         builtins = activation.builtin_reducers()

@@ -2,9 +2,8 @@
 so that a broken package cannot break it.
 
 ``mpcompat.pth`` (``mpcompat.start`` on 3.15+) and ``mpcompat run``'s sitecustomize call
-:func:`main`, which does what ``import mpcompat`` does and nothing more, never raises, prints
-nothing when all goes well, and does nothing on a second call (virtualenvs process ``.pth``
-files twice).
+:func:`main`: what ``import mpcompat`` does, never raising, silent when all goes well, and
+nothing on a second call (virtualenvs process ``.pth`` files twice).
 """
 import os
 import sys

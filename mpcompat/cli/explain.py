@@ -5,6 +5,7 @@ defines only inside ``if __name__ == "__main__":`` is one), 2 for bad input (no 
 that cannot be imported, a missing attribute).
 """
 import importlib
+import os
 import sys
 
 
@@ -20,6 +21,37 @@ def add_arguments(parser):
 class GuardedName(ValueError):
     """``args``: ``(report, problem)`` for an attribute bound only under the module's main guard:
     the text to print, and whether the object itself is the problem (exit 1)."""
+
+
+def explain_guarded(path, name):
+    """None unless the module file ``path`` binds ``name`` only inside its main guard, else
+    ``(report, problem)``: whether it is a class or function children cannot import (exit 1)
+    rather than a value created under the guard (exit 2)."""
+    from mpcompat.diagnose import main_guard
+    analysis = main_guard.analyze(path)
+    binding = analysis.only_inside(name) if analysis is not None else None
+    if binding is None:
+        return None
+    script = os.path.basename(path)
+    if binding.kind in ("class", "function"):
+        from mpcompat.diagnose.walker import Explanation, Problem
+        what = "%s %s, defined inside `if __name__ == \"__main__\":` of %s, line %d" % (
+            binding.kind, name, script, binding.line)
+        problem = Problem(name, None, None, main_guard.advice(name, path, binding), None, what)
+        return Explanation(name, [problem]).format(
+            "%s cannot be pickled for spawn or forkserver children: 1 problem found." % name), True
+    import textwrap
+    text = ("%s is created inside `if __name__ == \"__main__\":` of %s, line %d, which runs only "
+            "when %s is the main script, so it cannot be imported to be explained. Call "
+            "mpcompat.explain(%s) in the script, or move what creates it to module level."
+            % (name, path, binding.line, script, name))
+    definitions = sorted((b.line, n, b.kind) for n, b in analysis.definitions().items())
+    if definitions:
+        text += (" Spawn and forkserver children will also lack what that block defines: %s; "
+                 "define %s at module level." % (
+                     ", ".join("%s %s (line %d)" % (k, n, line) for line, n, k in definitions),
+                     "it" if len(definitions) == 1 else "them"))
+    return textwrap.fill(text, 92, break_long_words=False, break_on_hyphens=False), False
 
 
 def resolve(target):
@@ -40,7 +72,6 @@ def resolve(target):
         except Exception as exc:
             path = getattr(module, "__file__", None)
             if obj is module and isinstance(path, str) and path.endswith(".py"):
-                from mpcompat.diagnose.main_guard import explain_guarded
                 found = explain_guarded(path, part)
                 if found is not None:
                     raise GuardedName(*found)
@@ -52,13 +83,11 @@ def main(args):
     """Print the report for ``args.target``; return 0 (ok), 1 (problems) or 2 (bad input)."""
     try:
         name, obj = resolve(args.target)
-    except GuardedName as exc:
-        report, problem = exc.args
+    except ValueError as exc:
+        report, problem = exc.args if isinstance(exc, GuardedName) else (
+            "mpcompat explain: %s" % exc, False)
         print(report, file=sys.stdout if problem else sys.stderr)
         return 1 if problem else 2
-    except ValueError as exc:
-        print("mpcompat explain: %s" % exc, file=sys.stderr)
-        return 2
     from mpcompat.diagnose import explain
     report = explain(obj, name=name, limit=max(1, args.limit))
     print(report)

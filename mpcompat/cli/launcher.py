@@ -57,7 +57,7 @@ def main(args):
 
 def command_env(environ, start_method=None):
     """A copy of ``environ`` that activates mpcompat in every Python process started with it:
-    PYTHONPATH gets the start-up directory, then mpcompat's parent directory unless it is a site
+    PYTHONPATH gets the start-up directory, then mpcompat's parent unless it is a site
     directory (which would come before the standard library there)."""
     env = dict(environ)
     # Empty entries stay: they stand for the working directory.
@@ -73,9 +73,9 @@ def command_env(environ, start_method=None):
 
 
 def default_start_method(method):
-    """Make ``method`` multiprocessing's default start method in this process, as if this
-    platform defaulted to it (once ``multiprocessing.context`` is imported): the start method
-    stays unset, ``set_start_method`` works without ``force``; torch uses this default too."""
+    """Make ``method`` multiprocessing's default start method here, as if this platform
+    defaulted to it: the start method stays unset (``set_start_method`` works without
+    ``force``); torch uses this default too."""
     from mpcompat import patching as importhook
 
     def apply(context):

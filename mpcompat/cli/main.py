@@ -1,7 +1,6 @@
 """The ``mpcompat`` command line: status, demo, explain, run, enable, disable.
 
-Each subcommand lives in its own module and is imported only when it runs.
-"""
+Each subcommand's module is imported only when it runs."""
 import argparse
 import os
 import sys

@@ -8,9 +8,9 @@ import re
 import sys
 import types
 
-from mpcompat.diagnose.names import MainReference, type_name as _type_name
+from mpcompat.diagnose.main_guard import MainReference
 
-__all__ = ["hint_for"]
+__all__ = ["hint_for", "type_name"]
 
 # (A hint's prose lines are wrapped when shown: each paragraph is one line here.)
 _PER_PROCESS = (
@@ -50,6 +50,13 @@ Leave it out of the pickle and create a new one when the object is unpickled:
         self.{attr} = {factory}  # a new one, in the receiving process"""
 
 
+def type_name(cls):
+    """``cls`` as a report names it: ``module.QualName``, or the bare name for builtins."""
+    module = getattr(cls, "__module__", None)
+    name = getattr(cls, "__qualname__", None) or getattr(cls, "__name__", repr(cls))
+    return name if module in (None, "builtins") else "%s.%s" % (module, name)
+
+
 def hint_for(obj, exc, path, culprit=None):
     """Return a hint for ``obj`` at ``path`` that failed to pickle with ``exc``, or None.
     culprit: the class (or callable) rebuilding ``obj`` when that is what cannot be pickled."""
@@ -64,37 +71,32 @@ def hint_for(obj, exc, path, culprit=None):
 
 
 def _hint(obj, exc, path, culprit):
-    attr = _last_attribute(path)
     if isinstance(exc, MainReference):
-        target = culprit if culprit is not None else obj
-        from mpcompat.diagnose import main_guard
-        if exc.guard is not None:
-            return main_guard.advice(target.__qualname__, exc.guard[0], exc.guard[1])
-        return main_guard.no_main_file_advice(getattr(target, "__qualname__", "?"))
+        return exc.hint
     if culprit is not None:
         local = _local_hint(culprit, exc)
         if local is not None:
-            return "It is an instance of %s. %s" % (_type_name(culprit), local)
+            return "It is an instance of %s. %s" % (type_name(culprit), local)
         return ("It is rebuilt by %s, which cannot be pickled by reference: %s"
-                % (_type_name(culprit), _error_line(exc)))
+                % (type_name(culprit), (str(exc).strip().splitlines() or [type(exc).__name__])[0]))
     if type(obj) is types.FunctionType or isinstance(obj, type):
-        return _local_hint(obj, exc) or _reference_hint(obj)
-    for check in (_resource_hint, _sync_hint, _iterator_hint, _weakref_hint, _memory_hint,
-                  _view_or_module_hint, _recursion_hint, _mp_hint):
+        qualname = getattr(obj, "__qualname__", None)
+        return _local_hint(obj, exc) or (
+            "pickle refers to %s by name, as %s.%s, and that name does not lead back to this "
+            "very object (it was replaced, decorated without functools.wraps, or created "
+            "dynamically). Give it a stable module-level name, or call it from a module-level "
+            "function." % (type_name(obj) if isinstance(obj, type) else qualname,
+                           getattr(obj, "__module__", None), qualname))
+    match = re.search(r"\.([A-Za-z_][A-Za-z0-9_]*)$", path)
+    attr = match.group(1) if match else "handle"
+    for check in (_resource_hint, _lock_hint, _type_hint, _view_or_module_hint,
+                  _recursion_hint, _mp_hint):
         hint = check(obj, exc, attr)
         if hint is not None:
             return hint
-    return _generic_hint(obj, exc)
-
-
-def _error_line(exc):
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-def _last_attribute(path):
-    match = re.search(r"\.([A-Za-z_][A-Za-z0-9_]*)$", path)
-    return match.group(1) if match else "handle"
+    return ("%s has no pickle support. Leave it out of the pickled state (__getstate__) and "
+            "recreate it after unpickling (__setstate__), or register a reducer with "
+            "mpcompat.register(%s, reducer)." % (type_name(type(obj)), type(obj).__name__))
 
 
 def _local_hint(obj, exc):
@@ -114,16 +116,6 @@ def _local_hint(obj, exc):
             "their module-level name. Move it to module level; to bind values, use "
             "functools.partial(module_level_function, value) instead of a closure."
             % (qualname, kind, outer))
-
-
-def _reference_hint(obj):
-    module = getattr(obj, "__module__", None)
-    qualname = getattr(obj, "__qualname__", None)
-    return ("pickle refers to %s by name, as %s.%s, and that name does not lead back to this "
-            "very object (it was replaced, decorated without functools.wraps, or created "
-            "dynamically). Give it a stable module-level name, or call it from a module-level "
-            "function." % (_type_name(obj) if isinstance(obj, type) else qualname,
-                           module, qualname))
 
 
 def _isinstance(obj, module_name, *type_names):
@@ -162,14 +154,10 @@ def _resource_hint(obj, exc, attr):
                       _LAZY_OPEN.format(attr=attr, opener=opener)])
 
 
-def _sync_hint(obj, exc, attr):
+def _lock_hint(obj, exc, attr):
     import threading
     import _thread
     cls = type(obj)
-    if isinstance(obj, threading.Thread):
-        return ("A thread cannot be sent to another process. Start a new thread in the "
-                "receiving process instead (on first use, or in __setstate__). "
-                + _RECREATE.format(attr=attr, factory="None  # start the thread on first use"))
     queue = sys.modules.get("queue")
     sync = (threading.Event, threading.Condition, threading.Semaphore, threading.Barrier)
     if (cls in (_thread.LockType, _thread.RLock) or isinstance(obj, sync)
@@ -185,45 +173,41 @@ def _sync_hint(obj, exc, attr):
     return None
 
 
-def _iterator_hint(obj, exc, attr):
-    cls = type(obj)
-    if isinstance(obj, (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)):
-        what = "A generator is a paused computation and cannot be pickled."
-    elif callable(getattr(cls, "__next__", None)):
-        what = "An iterator keeps its position in something of this process."
-    else:
-        return None
-    return (what + " Keep what it iterates over (a list, or the arguments that create it) and "
-            "create the iterator where it is used, e.g. in __iter__ or __getitem__.")
+_ITERATE = (" Keep what it iterates over (a list, or the arguments that create it) and create the "
+            "iterator where it is used, e.g. in __iter__ or __getitem__.")
+# Hints by type, in order: (module, type names, text with {attr}); module None: any iterator.
+_TYPE_HINTS = (
+    ("threading", ("Thread",),
+     "A thread cannot be sent to another process. Start a new thread in the receiving process "
+     "instead (on first use, or in __setstate__). "
+     + _RECREATE.format(attr="{attr}", factory="None  # start the thread on first use")),
+    ("types", ("GeneratorType", "CoroutineType", "AsyncGeneratorType"),
+     "A generator is a paused computation and cannot be pickled." + _ITERATE),
+    (None, (), "An iterator keeps its position in something of this process." + _ITERATE),
+    ("weakref", ("ref", "ProxyType", "CallableProxyType", "WeakValueDictionary",
+                 "WeakKeyDictionary", "WeakSet", "finalize"),
+     "Weak references cannot be pickled. Keep a normal reference, or leave the weak reference "
+     "out in __getstate__ and rebuild it in __setstate__. "
+     + _RECREATE.format(attr="{attr}", factory="weakref.ref(self.target)")),
+    ("torch.jit", ("ScriptFunction", "ScriptModule"),
+     "TorchScript functions and modules cannot be pickled. Send the plain Python function or "
+     "nn.Module and call torch.jit.script on it in the worker, or save it with "
+     "torch.jit.save(scripted, path), send the path and torch.jit.load(path) in the worker."),
+    ("builtins", ("memoryview",),
+     "A memoryview points into memory of this process. Send bytes(view), or the object it "
+     "views (bytes, bytearray, a numpy array), instead."),
+    ("ctypes", ("_Pointer", "_CFuncPtr", "_SimpleCData", "Structure", "Union", "Array"),
+     "ctypes pointers and foreign functions are addresses in this process's memory. Send plain "
+     "values, and load the library and build the pointers in the worker (lazily, or in "
+     "worker_init_fn or a Pool initializer)."),
+)
 
 
-def _weakref_hint(obj, exc, attr):
-    import weakref
-    kinds = (weakref.ref, weakref.ProxyType, weakref.CallableProxyType,
-             weakref.WeakValueDictionary, weakref.WeakKeyDictionary, weakref.WeakSet,
-             weakref.finalize)
-    if not isinstance(obj, kinds):
-        return None
-    return ("Weak references cannot be pickled. Keep a normal reference, or leave the weak "
-            "reference out in __getstate__ and rebuild it in __setstate__. "
-            + _RECREATE.format(attr=attr, factory="weakref.ref(self.target)"))
-
-
-def _memory_hint(obj, exc, attr):
-    """TorchScript, memoryviews and ctypes: what lives at addresses in this process."""
-    if _isinstance(obj, "torch.jit", "ScriptFunction", "ScriptModule"):
-        return ("TorchScript functions and modules cannot be pickled. Send the plain Python "
-                "function or nn.Module and call torch.jit.script on it in the worker, or save "
-                "it with torch.jit.save(scripted, path), send the path and "
-                "torch.jit.load(path) in the worker.")
-    if type(obj) is memoryview:
-        return ("A memoryview points into memory of this process. Send bytes(view), or the "
-                "object it views (bytes, bytearray, a numpy array), instead.")
-    if _isinstance(obj, "ctypes", "_Pointer", "_CFuncPtr", "_SimpleCData", "Structure",
-                   "Union", "Array"):
-        return ("ctypes pointers and foreign functions are addresses in this process's memory. "
-                "Send plain values, and load the library and build the pointers in the worker "
-                "(lazily, or in worker_init_fn or a Pool initializer).")
+def _type_hint(obj, exc, attr):
+    for module, names, text in _TYPE_HINTS:
+        if (_isinstance(obj, module, *names) if module is not None
+                else callable(getattr(type(obj), "__next__", None))):
+            return text.format(attr=attr)
     return None
 
 
@@ -254,7 +238,7 @@ def _recursion_hint(obj, exc, attr):
                     "__getstate__ and __setstate__ on the object, also before its attributes "
                     "are set. Make __getattr__ raise AttributeError for names starting with "
                     "'__' and for names missing from self.__dict__ instead of looking them up "
-                    "again." % _type_name(klass))
+                    "again." % type_name(klass))
     return ("The object is nested too deeply for pickle (or its reduction recurses): flatten "
             "it, or raise the recursion limit with sys.setrecursionlimit().")
 
@@ -274,8 +258,3 @@ def _mp_hint(obj, exc, attr):
             "in tasks sent to a running Pool or executor. Pass it through initargs, or use a "
             "multiprocessing.Manager() lock or queue, whose proxies can be sent anywhere.")
 
-
-def _generic_hint(obj, exc):
-    return ("%s has no pickle support. Leave it out of the pickled state (__getstate__) and "
-            "recreate it after unpickling (__setstate__), or register a reducer with "
-            "mpcompat.register(%s, reducer)." % (_type_name(type(obj)), type(obj).__name__))

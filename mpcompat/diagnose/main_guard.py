@@ -8,12 +8,12 @@ with "Can't get attribute 'X' on <module '__mp_main__' ...>". The script's sourc
 import ast
 import collections
 import os
+import pickle
 import re
 import sys
 
-__all__ = ["Binding", "Analysis", "analyze", "main_file", "guarded", "guarded_definitions",
-           "advice", "explain_missing", "missing_advice", "explain_missing_attribute",
-           "explain_guarded"]
+__all__ = ["Binding", "Analysis", "analyze", "main_file", "main_unimportable", "guarded",
+           "guarded_definitions", "advice", "explain_missing", "explain_missing_attribute"]
 
 _cache = {}  # path -> ((mtime_ns, size), Analysis or None); a race only parses a file twice
 _DEFINITIONS = ("class", "function")
@@ -24,6 +24,13 @@ _MISSING = (
                r"(?: from '([^']*)')?"),
     re.compile(r"module '(?:__mp_main__|__main__)' has no attribute '([^']+)'"),
 )
+
+
+class MainReference(pickle.PicklingError):
+    """Not raised by pickle: marks an object pickled as a reference into ``__main__``;
+    ``hint``: where it is bound and the fix, when known."""
+
+    hint = None
 
 
 def missing_message(name, module="__mp_main__"):
@@ -45,10 +52,9 @@ class Analysis(object):
     the guards' ``if``) and ``spans`` (``(first, last)`` lines that run only in the main process).
     """
 
-    __slots__ = ("path", "outside", "inside", "guards", "spans")
+    __slots__ = ("outside", "inside", "guards", "spans")
 
-    def __init__(self, path):
-        self.path = path
+    def __init__(self):
         self.outside, self.inside, self.guards, self.spans = {}, {}, [], []
 
     def guards_line(self, line):
@@ -76,45 +82,82 @@ def analyze(path):
     hit = _cache.get(path)
     if hit is not None and hit[0] == key:
         return hit[1]
-    result = _parse(path)
+    import tokenize
+    result = Analysis()
+    try:
+        with tokenize.open(path) as fh:
+            _scan(ast.parse(fh.read(), path).body, None, result)
+    except Exception:  # unreadable, not Python, a syntax error: nothing is known
+        result = None
     if len(_cache) > 64:
         _cache.clear()
     _cache[path] = (key, result)
     return result
 
 
+def _skipped(spec_name):
+    """Whether children skip a main module of this spec name (``python -m pkg``)."""
+    return spec_name == "__main__" or spec_name.endswith(".__main__")
+
+
 def main_file(module_name="__main__"):
     """The file of the main module that spawn/forkserver children import again, or None (for
-    ``python -c``, the REPL, notebooks and ``python -m pkg``: see ``walker.main_unimportable``)."""
+    ``python -c``, the REPL, notebooks, ``python -m pkg`` and scripts not named ``*.py``)."""
     main = sys.modules.get(module_name)
-    if main is None:
-        return None
     spec_name = getattr(getattr(main, "__spec__", None), "name", None)
-    if spec_name is not None and (spec_name == "__main__" or spec_name.endswith(".__main__")):
-        return None
     path = getattr(main, "__file__", None)
-    if not isinstance(path, str) or not path.endswith(".py"):
+    if not isinstance(path, str) or not path.endswith(".py") or _skipped(spec_name or ""):
         return None
     return os.path.abspath(path)
+
+
+def main_unimportable():
+    """Whether spawn/forkserver children of this process fail to import ``__main__``'s objects:
+    as ``multiprocessing.spawn``, true for ``python -c``, the REPL, notebooks and ``python -m
+    pkg`` (``pkg.__main__``, which children skip)."""
+    main = sys.modules.get("__main__")
+    spec_name = getattr(getattr(main, "__spec__", None), "name", None)
+    if spec_name is not None:
+        return _skipped(spec_name)
+    path = getattr(main, "__file__", None)
+    return not path or os.path.splitext(os.path.basename(path))[0] == "ipython"
+
+
+def main_reference(target, description, check_main):
+    """The MainReference (with its hint) to report for ``target``, pickled as a reference into
+    ``__main__``; None when children can import it (``check_main`` false and not bound only
+    under the main guard)."""
+    qualname = target.__qualname__
+    if check_main:
+        exc = MainReference(
+            "%s is pickled as a reference to __main__.%s, which child processes started by "
+            "spawn or forkserver cannot import" % (description, qualname))
+        exc.hint = no_main_file_advice(qualname)
+        return exc
+    path = main_file()
+    binding = guarded(qualname, path)
+    if binding is None:
+        return None
+    exc = MainReference(
+        "%s is pickled as a reference to __main__.%s, defined inside `if __name__ == "
+        "\"__main__\":` at %s:%d, which spawn and forkserver children do not run"
+        % (description, qualname, os.path.basename(path), binding.line))
+    exc.hint = advice(qualname, path, binding)
+    return exc
 
 
 def guarded(name, path=None):
     """The Binding of ``name`` (a qualname: its first part counts) when ``path`` (default: the
     main script) binds it only inside ``if __name__ == "__main__":``; else None."""
-    analysis = _main_analysis(path)
+    analysis = analyze(path or main_file())
     return analysis.only_inside(name.split(".")[0]) if analysis is not None else None
 
 
 def guarded_definitions(path=None):
     """The names of classes and functions the main script (or ``path``) defines only inside a
     main guard: the names that can be pickled by reference and then fail in children."""
-    analysis = _main_analysis(path)
+    analysis = analyze(path or main_file())
     return frozenset(analysis.definitions() if analysis is not None else ())
-
-
-def _main_analysis(path):
-    path = path or main_file()
-    return analyze(path) if path else None
 
 
 def advice(qualname, path, binding):
@@ -141,41 +184,42 @@ def explain_missing(qualname, path):
     if analysis is None:
         return None
     name = qualname.split(".")[0]
+    script = os.path.basename(path)
     binding = analysis.only_inside(name)
     if binding is not None:
         return advice(qualname, path, binding)
     outside = analysis.outside.get(name)
     if outside is None:
-        return missing_advice(qualname, path)
+        return ("%s is not defined at module level of %s (nor inside its `if __name__ == "
+                "\"__main__\":` block): the parent created it at run time (with exec(), type(), "
+                "globals()[...] or inside a function), and spawn and forkserver child processes, "
+                "which import %s as __mp_main__, cannot find it. Define %s with class or def at "
+                "module level of %s, or in a module that %s imports." % (
+                    name, path, script, name, script, script))
     if name != qualname:
         return None  # the outer name exists: an inner attribute is missing, nothing known
     return ("%s is bound at module level of %s, line %d, but was not bound when this child "
             "process imported %s as __mp_main__: the statement did not run there (a condition "
             "that differs in children, an import that failed, or code under `if __name__ == "
-            "\"__main__\":` that binds it first)." % (
-                name, path, outside.line, os.path.basename(path)))
+            "\"__main__\":` that binds it first)." % (name, path, outside.line, script))
 
 
 def explain_missing_attribute(exc):
     """In a child process: if ``exc`` is the AttributeError of unpickling a reference to
     something the main module lacks here, return where the script binds it and the fix (or the
-    fix for a ``__main__`` children cannot import at all); else None. Never raises."""
-    try:
-        if not isinstance(exc, AttributeError):
-            return None
-        text = str(exc).split("\n", 1)[0]
-        match = _MISSING[0].search(text) or _MISSING[1].search(text)
-        if match is None:
-            return None
-        name = match.group(1)
-        # The file the message names, if it names one (only the older message does).
-        path = main_file("__mp_main__") or main_file() or (match.groups() + (None,))[1]
-        found = explain_missing(name, path) if path else None
-        if not found and path is None and "'__main__'" in text:
-            found = no_main_file_advice(name)
-        return found or None
-    except Exception:
+    fix for a ``__main__`` children cannot import at all); else None."""
+    if not isinstance(exc, AttributeError):
         return None
+    text = str(exc).split("\n", 1)[0]
+    match = _MISSING[0].search(text) or _MISSING[1].search(text)
+    if match is None:
+        return None
+    name = match.group(1)
+    # The file the message names, if it names one (only the older message does).
+    path = main_file("__mp_main__") or main_file() or (match.groups() + (None,))[1]
+    if path is not None:
+        return explain_missing(name, path)
+    return no_main_file_advice(name) if "'__main__'" in text else None
 
 
 def no_main_file_advice(qualname):
@@ -188,64 +232,7 @@ def no_main_file_advice(qualname):
             % (qualname, missing_message(qualname.split(".")[0], "__main__")))
 
 
-def missing_advice(qualname, path):
-    """Explain that ``qualname`` is not bound at module level of ``path`` at all."""
-    name = qualname.split(".")[0]
-    script = os.path.basename(path)
-    return ("%s is not defined at module level of %s (nor inside its `if __name__ == "
-            "\"__main__\":` block): the parent created it at run time (with exec(), type(), "
-            "globals()[...] or inside a function), and spawn and forkserver child processes, "
-            "which import %s as __mp_main__, cannot find it. Define %s with class or def at "
-            "module level of %s, or in a module that %s imports." % (
-                name, path, script, name, script, script))
-
-
-def explain_guarded(path, name):
-    """``mpcompat explain module:name`` where the module (file ``path``) lacks ``name``: None
-    unless ``path`` binds it only inside its main guard, else ``(report, problem)``: the text,
-    and whether it is a problem of the object (a class or function children cannot import: exit
-    1) rather than of the request (a value created under the guard: exit 2)."""
-    analysis = analyze(path)
-    binding = analysis.only_inside(name) if analysis is not None else None
-    if binding is None:
-        return None
-    import textwrap
-    if binding.kind in _DEFINITIONS:
-        lines = ["%s cannot be pickled for spawn or forkserver children: 1 problem found." % name,
-                 "  %s  (%s %s, defined inside `if __name__ == \"__main__\":` of %s, line %d)"
-                 % (name, binding.kind, name, os.path.basename(path), binding.line)]
-        lines += textwrap.wrap(advice(name, path, binding), 88, initial_indent="      hint:  ",
-                               subsequent_indent="             ", break_long_words=False,
-                               break_on_hyphens=False)
-        return "\n".join(lines), True
-    text = ("%s is created inside `if __name__ == \"__main__\":` of %s, line %d, which runs only "
-            "when %s is the main script, so it cannot be imported to be explained. Call "
-            "mpcompat.explain(%s) in the script, or move what creates it to module level."
-            % (name, path, binding.line, os.path.basename(path), name))
-    definitions = sorted((b.line, n, b.kind) for n, b in analysis.definitions().items())
-    if definitions:
-        text += (" Spawn and forkserver children will also lack what that block defines: %s; "
-                 "define %s at module level." % (
-                     ", ".join("%s %s (line %d)" % (k, n, line) for line, n, k in definitions),
-                     "it" if len(definitions) == 1 else "them"))
-    return "\n".join(textwrap.wrap(text, 92, break_long_words=False,
-                                   break_on_hyphens=False)), False
-
-
 # --- the analysis ------------------------------------------------------------------------------
-
-def _parse(path):
-    try:
-        import tokenize
-        with tokenize.open(path) as fh:
-            source = fh.read()
-        tree = ast.parse(source, path)
-    except Exception:  # unreadable, not Python, a syntax error: nothing is known
-        return None
-    analysis = Analysis(path)
-    _scan(tree.body, None, analysis)
-    return analysis
-
 
 def _guard(test):
     """1 for ``__name__ == "__main__"``, -1 for ``__name__ != "__main__"``, else 0."""

@@ -69,7 +69,7 @@ def replace_notes(exc, text):
 
 
 def own_message(exc):
-    """``str(exc)`` without its notes (on Python 3.8-3.10 :func:`add_note` appends them to it)."""
+    """``str(exc)`` without its notes (on 3.8-3.10 :func:`add_note` appends them to it)."""
     text = str(exc)
     for note in getattr(exc, "__notes__", None) or ():
         if isinstance(note, str):
@@ -84,14 +84,13 @@ def notes_of(exc):
 
 
 def explanation_of(exc):
-    """Return the :class:`~mpcompat.diagnose.Explanation` a pickling note on ``exc`` was made
-    from, or None (also for a copy of ``exc`` unpickled in another process)."""
+    """The :class:`~mpcompat.diagnose.Explanation` of the pickling note on ``exc``, or None."""
     return getattr(getattr(exc, "__dict__", {}).get(_REPORT), "value", None)
 
 
 class _Kept(object):
-    """A value kept in an exception's ``__dict__`` for this process only: a pickled copy gets
-    None, so that the explanation (which holds what it explains) never stops it pickling."""
+    """A value kept on an exception for this process only: pickled as None, so that the
+    explanation (which holds what it explains) never stops the exception pickling."""
 
     __slots__ = ("value",)
 
@@ -111,11 +110,9 @@ def _first_note(exc):
 
 
 def pickling_failed(exc, obj, pickler, protocol, where):
-    """Add a note explaining ``obj`` to ``exc``, raised while pickling it with ``pickler``.
-
-    where: ``"start"`` (``multiprocessing.reduction.dump``: a process object being sent to a new
-    process) or ``"send"`` (``ForkingPickler.dumps``: a task or message). Never raises.
-    """
+    """Add a note explaining ``obj`` to ``exc``, raised while pickling it with ``pickler``;
+    where: ``"start"`` (a process object sent to a new process) or ``"send"`` (a task or
+    message). Never raises."""
     if getattr(_busy, "active", False):
         return
     _busy.active = True
@@ -130,10 +127,9 @@ def pickling_failed(exc, obj, pickler, protocol, where):
 
 
 def parts_failed(exc, header, parts, name):
-    """Add a note to ``exc`` (an error of something other than pickle that pickles them, such
-    as a subinterpreter call) naming what in ``parts`` (``[(path, object)]``, paths rooted at
-    ``name``) cannot be pickled, and why, under ``header``; False when all of it pickles.
-    Never raises."""
+    """Add a note to ``exc`` (raised by something that pickles ``parts``, a ``[(path,
+    object)]`` list rooted at ``name``) on what cannot be pickled, under ``header``; False when
+    all of it pickles. Never raises."""
     try:
         if not _first_note(exc):
             return True
@@ -221,6 +217,13 @@ def _pool_map(func):
                                          getattr(pool, "starmapstar", None))
 
 
+def _failed(what, where, detail=""):
+    return "%s could not be sent %s: pickling it failed%s." % (what, where, detail)
+
+
+_WORKERS, _BACK = "to the worker processes", "back to the main process"
+
+
 def _describe_task(obj):
     """Pool tasks and ProcessPoolExecutor call items; None for anything else."""
     cls = type(obj)
@@ -228,25 +231,22 @@ def _describe_task(obj):
             and type(obj[4]) is dict:
         job, index, func, args, kwds = obj
         if _pool_map(func) and len(args) == 1 and type(args[0]) is tuple and len(args[0]) == 2:
-            header = ("Task %s of a Pool map could not be sent to the worker processes: "
-                      "pickling it failed (chunk[j] is item j of the chunk of the iterable this "
-                      "task carries)." % (index,))
-            return header, _chunk_parts("func", *args[0]), "task"
-        header = "A task could not be sent to the Pool's worker processes: pickling it failed."
-        return header, _call_parts("func", func, args, kwds, "kwds"), "task"
+            return (_failed("Task %s of a Pool map" % (index,), _WORKERS, " (chunk[j] is item j "
+                            "of the chunk of the iterable this task carries)"),
+                    _chunk_parts("func", *args[0]), "task")
+        return (_failed("A task", "to the Pool's worker processes"),
+                _call_parts("func", func, args, kwds, "kwds"), "task")
     if cls.__name__ == "_CallItem" and cls.__module__ == "concurrent.futures.process":
         state = obj.__dict__
         fn, args = state.get("fn"), tuple(state.get("args") or ())
         chunked = getattr(fn, "func", None)
         if getattr(chunked, "__name__", None) == "_process_chunk" and len(fn.args) == 1 \
                 and len(args) == 1 and type(args[0]) is tuple:
-            header = ("A task of ProcessPoolExecutor.map could not be sent to the worker "
-                      "processes: pickling it failed (chunk[j] holds the arguments of call j "
-                      "of this task's chunk).")
-            return header, _chunk_parts("fn", fn.args[0], args[0]), "task"
-        header = ("A task could not be sent to the ProcessPoolExecutor's worker processes: "
-                  "pickling it failed.")
-        return header, _call_parts("fn", fn, args, dict(state.get("kwargs") or {})), "task"
+            return (_failed("A task of ProcessPoolExecutor.map", _WORKERS, " (chunk[j] holds "
+                            "the arguments of call j of this task's chunk)"),
+                    _chunk_parts("fn", fn.args[0], args[0]), "task")
+        return (_failed("A task", "to the ProcessPoolExecutor's worker processes"),
+                _call_parts("fn", fn, args, dict(state.get("kwargs") or {})), "task")
     return None
 
 
@@ -257,31 +257,23 @@ def _describe_result(obj):
         exception = obj.__dict__.get("exception")
         success = exception is None
         value = obj.__dict__.get("result") if success else exception
-        header = _RESULT
-        if success and _executor_chunked():
-            header = ("The result of a task of ProcessPoolExecutor.map could not be sent back "
-                      "to the main process: pickling it failed (result[j] is the result of call "
-                      "j of this task's chunk).")
+        chunk = success and _executor_chunked() and (
+            "The result of a task of ProcessPoolExecutor.map", "of call j of this task's chunk")
     elif cls is tuple and len(obj) == 3 and type(obj[0]) is int and type(obj[1]) is int \
             and type(obj[2]) is tuple and len(obj[2]) == 2 and type(obj[2][0]) is bool \
             and _pool_task() is not None:  # else not sent by a Pool worker: any tuple
         success, value = obj[2]
-        header = _RESULT
-        if success and _pool_map(_pool_task()):
-            header = ("The result of task %d of a Pool map could not be sent back to the main "
-                      "process: pickling it failed (result[j] is the result for item j of the "
-                      "chunk of the iterable this task carried)." % (obj[1],))
+        chunk = success and _pool_map(_pool_task()) and (
+            "The result of task %d of a Pool map" % (obj[1],),
+            "for item j of the chunk of the iterable this task carried")
     else:
         return None
     if not success:
-        return _EXCEPTION, [("exception", getattr(value, "exc", value))], "result"
+        return (_failed("The exception raised by a task", _BACK),
+                [("exception", getattr(value, "exc", value))], "result")
+    header = (_failed(chunk[0], _BACK, " (result[j] is the result %s)" % chunk[1]) if chunk
+              else _failed("The result of a task", _BACK))
     return header, [("result", value)], "result"
-
-
-_RESULT = ("The result of a task could not be sent back to the main process: pickling it "
-           "failed.")
-_EXCEPTION = ("The exception raised by a task could not be sent back to the main process: "
-              "pickling it failed.")
 
 
 def _pool_task():
@@ -305,9 +297,8 @@ def _executor_chunked():
 
 
 def note_missing_attribute(exc):
-    """In a child process: add to ``exc`` the note of
-    :func:`mpcompat.diagnose.main_guard.explain_missing_attribute` (a name missing from the main
-    module: where it is bound, and the fix). Return the note, or None. Never raises."""
+    """In a child process: add to ``exc`` the note of ``main_guard.explain_missing_attribute``
+    and return it, or None. Never raises."""
     try:
         from mpcompat.diagnose.main_guard import explain_missing_attribute
         found = explain_missing_attribute(exc)

@@ -12,7 +12,9 @@ import pickle
 import sys
 import types
 
-from mpcompat.diagnose.names import MainReference, type_name as _type_name
+from mpcompat.diagnose.main_guard import (MainReference, guarded_definitions, main_reference,
+                                          main_unimportable)
+from mpcompat.diagnose.hints import hint_for, type_name as _type_name
 
 __all__ = ["explain", "assert_picklable", "Explanation", "Problem"]
 
@@ -41,8 +43,7 @@ class Problem(object):
         self.hint, self.exception, self.what = hint, exception, what
 
     def format(self, indent="  ", known=None):
-        """Return the problem as indented lines of text; the error line is left out when it
-        is ``known`` (the message of the exception the report is a note of)."""
+        """The problem as indented lines; without the error line when it is ``known``."""
         lines = ["%s%s  (%s)" % (indent, self.path, self.what)]
         if self.error != known:
             lines.append("%s    error: %s" % (indent, self.error))
@@ -70,8 +71,7 @@ class Explanation(object):
         self.ok = not problems
 
     def format(self, header=None, known=None):
-        """Return the report as text; ``header`` replaces its first line. ``known``: the
-        error the reader has just read (see :meth:`Problem.format`)."""
+        """The report as text; ``header`` replaces its first line; ``known``: as in Problem."""
         if self.ok:
             return header or "%s can be pickled." % self.name
         count = len(self.problems)
@@ -93,12 +93,9 @@ class Explanation(object):
 
 
 def explain(obj, name="obj", limit=DEFAULT_LIMIT, protocol=None):
-    """Explain why ``obj`` cannot be pickled (by the standard pickler with copyreg's table).
-
-    Returns an :class:`Explanation` of at most ``limit`` problems, with paths that start at
-    ``name`` and read like Python (``name.attr``, ``name['key']``, ``name[3]``). An object that
-    pickles costs one ``pickle.dumps``.
-    """
+    """An :class:`Explanation` of at most ``limit`` parts of ``obj`` that cannot be pickled,
+    with paths from ``name`` that read like Python (``name.attr``, ``name['key']``, ``name[3]``).
+    An object that pickles costs one ``pickle.dumps``."""
     return explain_parts([(name, obj)], name=name, limit=limit, protocol=protocol)
 
 
@@ -113,23 +110,16 @@ def explain_parts(parts, name="obj", limit=DEFAULT_LIMIT, protocol=None, pickler
                   error=None, check_main=None, whole=None):
     """Explain a list of ``(path, object)`` parts that are pickled together.
 
-    pickler: a Pickler class to pickle with (e.g. ForkingPickler, whose extra reducers then
-    count); None for ``pickle.dumps``. error: the exception pickling the whole already raised
-    (saves a pickle). check_main: whether references to ``__main__`` are problems; None: when
-    children cannot import ``__main__``, else only references to what the main script defines
-    inside ``if __name__ == "__main__":``, which children do not run.
-    whole: the object the parts come from, reported as ``name`` if no part is found at fault.
-    """
+    pickler: a Pickler class (e.g. ForkingPickler, whose extra reducers then count); None for
+    ``pickle.dumps``. error: the exception pickling the whole already raised. check_main: whether
+    references to ``__main__`` are problems; None: when children cannot import ``__main__``, else
+    only references to what the main script defines under its main guard. whole: the object the
+    parts come from, reported as ``name`` if no part is found at fault."""
     protocol = pickle.DEFAULT_PROTOCOL if protocol is None else protocol
     guarded = ()
     if check_main is None:
         check_main = main_unimportable()
-        if not check_main:
-            from mpcompat.diagnose.main_guard import guarded_definitions
-            try:
-                guarded = guarded_definitions()
-            except Exception:  # a main script that cannot be read or parsed: no names to give
-                pass
+        guarded = () if check_main else guarded_definitions()
     walker = _Walker(pickler, protocol, limit, check_main, guarded)
     if whole is None:
         whole = [obj for _, obj in parts] if len(parts) != 1 else parts[0][1]
@@ -159,51 +149,10 @@ def explain_parts(parts, name="obj", limit=DEFAULT_LIMIT, protocol=None, pickler
                        walker.truncated)
 
 
-def main_unimportable():
-    """Whether spawn/forkserver children of this process fail to import ``__main__``'s objects:
-    as ``multiprocessing.spawn``, true for ``python -c``, the REPL, notebooks and ``python -m
-    pkg`` (``pkg.__main__``, which children skip)."""
-    import os
-    main = sys.modules.get("__main__")
-    if main is None:
-        return True
-    spec_name = getattr(getattr(main, "__spec__", None), "name", None)
-    if spec_name is not None:
-        return spec_name == "__main__" or spec_name.endswith(".__main__")
-    path = getattr(main, "__file__", None)
-    return not path or os.path.splitext(os.path.basename(path))[0] == "ipython"
-
-
-def _main_reference(target, check_main):
-    """The MainReference to report for ``target``, pickled as a reference into ``__main__``;
-    None when children can import it (``check_main`` false and not bound only under the main
-    guard)."""
-    if check_main:
-        return MainReference(
-            "%s is pickled as a reference to __main__.%s, which child processes started by "
-            "spawn or forkserver cannot import" % (describe(target), target.__qualname__))
-    import os
-    from mpcompat.diagnose import main_guard
-    path = main_guard.main_file()
-    binding = main_guard.guarded(target.__qualname__, path)
-    if binding is None:
-        return None
-    exc = MainReference(
-        "%s is pickled as a reference to __main__.%s, defined inside `if __name__ == "
-        "\"__main__\":` at %s:%d, which spawn and forkserver children do not run"
-        % (describe(target), target.__qualname__, os.path.basename(path), binding.line))
-    exc.guard = (path, binding)
-    return exc
-
-
 def _dump_with(pickler, protocol, obj):
     buf = io.BytesIO()
     pickler(buf, protocol).dump(obj)
     return buf.getbuffer()
-
-
-def _key_segment(key):  # path segments are formatted only when a problem is reported
-    return "[%s]" % _short_repr(key)
 
 
 def _flat_index(flat, shape):
@@ -227,6 +176,10 @@ def _wrap(text, width):
             lines.extend(textwrap.wrap(line, width, break_long_words=False,
                                        break_on_hyphens=False) or [""])
     return lines
+
+
+def _key_segment(key):  # path segments are formatted only when a problem is reported
+    return "[%s]" % _short_repr(key)
 
 
 def _short_repr(value):
@@ -291,10 +244,8 @@ class _Walker(object):
     """One walk: the objects seen, those found failing, and the problems so far."""
 
     def __init__(self, pickler, protocol, limit, check_main, guarded=()):
-        if pickler is None:
-            self.dumps = functools.partial(pickle.dumps, protocol=protocol)
-        else:
-            self.dumps = functools.partial(_dump_with, pickler, protocol)
+        self.dumps = (functools.partial(pickle.dumps, protocol=protocol) if pickler is None
+                      else functools.partial(_dump_with, pickler, protocol))
         extra = getattr(pickler, "_extra_reducers", None)
         self.dispatch = {**copyreg.dispatch_table, **extra} if extra else copyreg.dispatch_table
         self.protocol, self.limit, self.check_main = protocol, limit, check_main
@@ -332,10 +283,8 @@ class _Walker(object):
         return self.truncated
 
     def walk(self, obj, path, exc, depth):
-        """Walk ``obj``, which fails to pickle with ``exc`` (None: presumed to fail).
-
-        Returns True when the failure is accounted for by a problem reported here or before.
-        """
+        """Walk ``obj``, which fails to pickle with ``exc`` (None: presumed to fail); True when
+        the failure is accounted for by a problem reported here or before."""
         if self.done():
             return True
         oid = id(obj)
@@ -412,11 +361,9 @@ class _Walker(object):
         return found
 
     def children(self, obj, cls):
-        """Return ``(children, culprit)``: the parts pickle saves for ``obj``.
-
-        culprit is ``(class, exception)`` when the class (or callable) that rebuilds ``obj``
-        cannot itself be pickled; the problem is then ``obj`` itself.
-        """
+        """``(children, culprit)``: the parts pickle saves for ``obj``; culprit: ``(class,
+        exception)`` when the class that rebuilds ``obj`` cannot be pickled (``obj`` is then the
+        problem)."""
         if cls is dict:
             return self._mapping_children(list(obj.items())), None
         if cls in _SEQUENCES:
@@ -524,13 +471,13 @@ class _Walker(object):
                 isinstance(target, type) or type(target) is types.FunctionType) else None
             # Else some other mention of "__main__" in the data, or defined where children
             # import it from.
-            exc = _main_reference(target, self.check_main) if module in _MAIN_NAMES else None
+            exc = (main_reference(target, describe(target), self.check_main)
+                   if module in _MAIN_NAMES else None)
             if exc is None:
                 return False
         self.failing.add(id(obj))
         if self.done():
             return True
-        from mpcompat.diagnose.hints import hint_for
         steps = []
         while path is not None:
             path, segment, position = path

@@ -1,11 +1,11 @@
 """The patches: the one table that declares every patch mpcompat can apply, and one module
-per patch (its row's ``impl``).
+per patch (its row's ``impl``), imported only when its target module is.
 
-Reading the table imports nothing: an implementation is imported when its target module is.
-It provides ``apply(module)`` and ``revert(module)``, called once per execution of a target
-module's code (see ``mpcompat.patching``), and may raise ``Skip`` (with a warning) or
-``NotNeeded`` (silently) to decline.
+A patch module provides ``apply(module)`` and ``revert(module)``, called once per execution of a
+target module's code (see ``mpcompat.patching``); ``apply`` may raise ``Skip`` (with a warning)
+or ``NotNeeded`` (silently) to decline.
 """
+import os
 
 
 class PatchSpec(object):
@@ -13,9 +13,8 @@ class PatchSpec(object):
 
     name: the name users see in status() and MPCOMPAT_DISABLED_PATCHES.
     targets: module names; the patch applies to each when it finishes importing.
-    distributions: whose version is checked, first found wins (the top-level package's
-        ``__version__`` where it has one, else the installed metadata); empty for a
-        standard-library target, checked against Python's version.
+    distributions: whose version is checked, first found wins; empty for a standard-library
+        target, checked against Python's version.
     supported: the tested versions, both ends, e.g. ">=1.9,<2.14" (``2.13.0+cpu`` is 2.13.0).
         Outside it a needed patch stays off, with one warning per process tree.
     impl: the module that provides apply(module) and revert(module).
@@ -40,6 +39,13 @@ class PatchSpec(object):
     def __repr__(self):
         return "PatchSpec(%r)" % self.name
 
+    def env_off(self):
+        """``"<needs_env> is not set"`` while the variable that turns the patch on is unset,
+        else ``""``."""
+        if self.needs_env and not os.environ.get(self.needs_env, "").strip():
+            return "%s is not set" % self.needs_env
+        return ""
+
 
 class Skip(Exception):
     """Raised by a patch that declines to apply (the message says why): "skipped", with one
@@ -47,8 +53,7 @@ class Skip(Exception):
 
 
 class NotNeeded(Skip):
-    """Raised by a patch with nothing to do here (a feature left off, a library that already
-    behaves): "not needed", silently."""
+    """Raised by a patch with nothing to do here: "not needed", silently."""
 
 
 TORCH, TORCH_TESTED, PYTHON_TESTED = ("torch",), ">=1.9,<2.14", ">=3.8,<3.16"

@@ -1,9 +1,9 @@
 """Patch ``concurrent_futures.interpreter_workers``: an ``InterpreterPoolExecutor`` (3.14+) task
 whose arguments or result cannot be sent between interpreters says what and why (patches.md).
 
-``WorkerContext.run`` is wrapped (plain functions: standard-library patches never import wrapt):
-it sends the call as :func:`call_and_pack`, which pickles the result in the worker interpreter,
-and names the path of what a ``NotShareableError`` of the call could not send.
+``WorkerContext.run`` (plain functions: standard-library patches never import wrapt) sends the
+call as :func:`call_and_pack`, which pickles the result in the worker interpreter, and names the
+path of what a ``NotShareableError`` of the call could not send.
 """
 import functools
 import pickle

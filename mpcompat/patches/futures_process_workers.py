@@ -1,9 +1,9 @@
 """Patch ``concurrent_futures.process_workers``: a ProcessPoolExecutor broken by a dead worker
 says which worker died, how, and why (patches.md).
 
-``terminate_broken(cause)`` of the manager thread is wrapped: the dead workers join ``cause``
-(the ``__cause__`` of every ``BrokenProcessPool``). In the workers, ``_process_worker`` (sent by
-reference: a plain function) records an error escaping it. Python 3.8: not needed.
+The manager thread's ``terminate_broken(cause)`` adds the dead workers to ``cause`` (every
+``BrokenProcessPool``'s ``__cause__``); ``_process_worker`` (pickled by reference: a plain
+function) records an error escaping it. Python 3.8: not needed.
 """
 import functools
 
@@ -19,7 +19,7 @@ def describe_dead(processes):
     from multiprocessing.connection import wait
     from mpcompat.diagnose.notes import PREFIX
     from mpcompat.workers import child_failures
-    from mpcompat.workers.exits import describe_exit, exit_hint
+    from mpcompat.workers.exits import dead_lines, describe_exit
     processes = dict(processes)
     ready = set(wait([p.sentinel for p in processes.values()], timeout=0))
     lines = []
@@ -32,14 +32,7 @@ def describe_dead(processes):
             continue
         lines.append("ProcessPoolExecutor worker process %d ended: %s."
                      % (pid, describe_exit(code)))
-        if exit_hint(code):
-            lines.append(exit_hint(code) + ".")
-        record = child_failures.take(pid) if code else None
-        if record:
-            what = record.get("what")
-            lines.append("Its own error: %s" % record.get("error", "")
-                         + (" (while %s)" % what if what else ""))
-            lines.extend(record.get("notes") or ())
+        lines += dead_lines(code, child_failures.take(pid) if code else None)
     return PREFIX + "\n".join(lines) if lines else None
 
 
@@ -61,7 +54,7 @@ def _terminate_broken(original):
 
 
 class _Calls(object):
-    """A worker's call queue as ``_process_worker`` sees it: knows when a task is unpickled."""
+    """A worker's call queue that knows when a task is unpickled."""
 
     def __init__(self, queue):
         self._queue = queue
@@ -85,13 +78,11 @@ def _recording_worker(original):
         try:
             return original(calls, *args, **kwargs)
         except BaseException as exc:
-            if not isinstance(exc, KeyboardInterrupt) and not (
-                    isinstance(exc, SystemExit) and exc.code in (None, 0)):
-                if calls.what == UNPICKLING:
-                    from mpcompat.diagnose.notes import note_missing_attribute
-                    note_missing_attribute(exc)
-                from mpcompat.workers import child_failures
-                child_failures.record(exc, what=calls.what)
+            if calls.what == UNPICKLING:
+                from mpcompat.diagnose.notes import note_missing_attribute
+                note_missing_attribute(exc)
+            from mpcompat.workers import child_failures
+            child_failures.record(exc, what=calls.what)
             raise
     return _process_worker
 

@@ -38,23 +38,16 @@ def _bootstrap_failed(exc):
 
 
 def start_failed(exc):
-    """``exc`` is killing this child while ``spawn._main`` starts it: note what is known about
-    it, and record it for the parent (``mpcompat.workers.child_failures``). Never raises."""
+    """``exc`` is killing this child while ``spawn._main`` starts it: note what is known, and
+    record it for the parent (``mpcompat.workers.child_failures``). Never raises."""
     try:
         if exc.__dict__.get(_DONE):
             return
         exc.__dict__[_DONE] = True
-    except Exception:
-        return
-    try:
-        from mpcompat.diagnose.notes import note_missing_attribute
-        note_missing_attribute(exc)
-    except Exception:
-        pass
-    try:
-        from mpcompat.diagnose.notes import notes_of, replace_notes
+        from mpcompat.diagnose.notes import note_missing_attribute, notes_of, replace_notes
         from mpcompat.patches.mp_failure_records import step
         from mpcompat.workers import child_failures
+        note_missing_attribute(exc)
         parent = child_failures.record(exc, what=step())
         if parent is not None and notes_of(exc):
             # The parent names the cause and the fix once; this child's traceback (one of
@@ -95,8 +88,8 @@ def apply(module):
 
 
 def revert(module):
-    """Put back the original functions where ours are in place; turn the excepthook off (and
-    remove it where it is still the one in place)."""
+    """Put back the originals where ours are in place; turn the excepthook off (removed where
+    it is still the one in place)."""
     patcher.restore(module)
     for hook in _hooks[::-1]:
         hook.active = False

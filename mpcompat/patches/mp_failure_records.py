@@ -2,14 +2,13 @@
 to its parent (``mpcompat.workers.child_failures``), and the parent's word on a plain Process
 (patches.md).
 
-- ``BaseProcess.start`` opens this process's channel before its first child starts, and drops
-  a record an earlier child with the new child's pid left untaken.
-- ``spawn.get_preparation_data`` sends the channel's address to a spawn or forkserver child,
-  whose ``spawn.prepare`` hands it to ``child_failures`` before the main module is imported;
-  ``prepare`` and that import also name the step a record names (:func:`step`).
-- ``BaseProcess.join``: a plain ``Process`` (not a Pool's, an executor's or torch's worker,
-  whose owners name the cause themselves) that exits non-zero after recording why is named
-  once per cause in the parent, as an ``MpcompatWarning``.
+- ``BaseProcess.start`` opens the channel before the first child starts, and drops a record an
+  earlier child with the new child's pid left untaken.
+- ``spawn.get_preparation_data`` sends its address to a spawn or forkserver child, whose
+  ``spawn.prepare`` takes it before the main module is imported; ``prepare`` and that import
+  also name the step a record names (:func:`step`).
+- ``BaseProcess.join``: a plain ``Process`` (not a worker whose owner names the cause) that
+  exits non-zero after recording why is named once per cause, as an ``MpcompatWarning``.
 - ``forkserver.connect_to_new_process``: a forkserver that died says so (:func:`forkserver_died`).
 
 Plain functions, not wrapt: the standard-library patches do not import it.
@@ -29,8 +28,8 @@ _IMPORTING = "importing the main module %s as __mp_main__"
 
 
 class _Child(object):
-    """What ``spawn._main`` does in this child: ``stage`` (see :func:`_staged`), and
-    ``importing``: the main module being imported when mpcompat came only with it."""
+    """``stage``: what ``spawn._main`` does in this child (:func:`_staged`); ``importing``: the
+    main module being imported when mpcompat came with it."""
     stage = importing = None
 
 
@@ -57,22 +56,17 @@ def _join(original):
     def join(self, timeout=None):
         original(self, timeout)
         if self.exitcode and not self.__dict__.get(_OWNED_MARK):
-            _name_cause(self)
+            try:  # warn, once per cause, with what the child recorded
+                from mpcompat.workers import child_failures
+                record = child_failures.take(self.pid)
+                if record is not None:
+                    from mpcompat.errors import warn
+                    note = child_failures.describe([record], "Process %r" % self.name)
+                    warn(note[len(child_failures.PREFIX):],
+                         key=repr((record["error"], record["notes"], record["what"])))
+            except Exception:
+                pass
     return join
-
-
-def _name_cause(process):
-    """Warn, once per cause, with what child ``process`` recorded before it failed."""
-    try:
-        from mpcompat.workers import child_failures
-        record = child_failures.take(process.pid)
-        if record is not None:
-            from mpcompat.errors import warn
-            note = child_failures.describe([record], "Process %r" % process.name)
-            warn(note[len(child_failures.PREFIX):],
-                 key=repr((record["error"], record["notes"], record["what"])))
-    except Exception:
-        pass
 
 
 def _get_preparation_data(original):
@@ -89,13 +83,13 @@ def _get_preparation_data(original):
 
 def _staged(stage, hear=False):
     """A wrapper that sets ``_child.stage`` (``%s``: the first argument) while the wrapped step
-    runs, and leaves it set if it fails; ``hear``: ``spawn.prepare``, whose first argument
-    carries the parent's channel."""
+    runs, left set if it fails; ``hear``: the first argument is the preparation data."""
     def wrap(original):
         @functools.wraps(original)
         def staged(arg, *args, **kwargs):
             if hear:
-                _heard(arg)
+                from mpcompat.workers import child_failures
+                child_failures.heard_from_parent(arg)
             outer, _child.stage = _child.stage, stage % arg if "%s" in stage else stage
             result = original(arg, *args, **kwargs)
             _child.stage = outer
@@ -112,12 +106,6 @@ def step():
     return _child.stage or _UNPICKLING
 
 
-def _heard(data):  # the preparation data a spawn or forkserver child's parent sent
-    from mpcompat.workers import child_failures
-    if isinstance(data, dict):
-        child_failures.heard_from_parent(data.get(child_failures.KEY))
-
-
 def _connect_to_new_process(original, module):
     @functools.wraps(original)
     def connect_to_new_process(fds):
@@ -132,8 +120,7 @@ def _connect_to_new_process(original, module):
 
 def forkserver_died(exc, pid):
     """``exc`` came from forkserver ``pid``, which could not start a child: if it has exited,
-    say so on ``exc``, and name the main script's module-level line that killed it, if one
-    did. Never raises."""
+    say so on ``exc``, with the main script's module-level line that killed it. Never raises."""
     try:
         status = _exit_status(pid) if pid else None
         if status is None:
@@ -161,8 +148,8 @@ def forkserver_died(exc, pid):
 
 
 def _exit_status(pid, wait=1.0):
-    """How child ``pid`` ended, e.g. "ended (exit code 1)", or None while it runs. Does not
-    reap it: multiprocessing waits for its forkserver itself."""
+    """How child ``pid`` ended, e.g. "ended (exit code 1)", or None while it runs; not reaped
+    (multiprocessing waits for its forkserver itself)."""
     import time
     if not hasattr(os, "waitid"):
         return None
@@ -195,9 +182,9 @@ def _main_line(path, main_guard):
 
 
 def _joined_late(module):
-    """mpcompat came late into a spawn or forkserver child (the script's own ``import
-    mpcompat``): if ``spawn._main`` runs, take the parent's channel from it, and note the main
-    module being imported, if it is."""
+    """mpcompat came late into a spawn or forkserver child (the script's ``import mpcompat``):
+    take the parent's channel from a running ``spawn._main``, and note the main module being
+    imported, if it is."""
     # A frame read: the preparation data the parent sent is held by spawn._main's frame alone.
     frame = sys._getframe(1)
     while frame is not None and (frame.f_code.co_name != "_main" or
@@ -205,7 +192,8 @@ def _joined_late(module):
         frame = frame.f_back
     if frame is None:
         return  # a fork child, or a forkserver importing the main module (Python 3.14+)
-    _heard(frame.f_locals.get("preparation_data"))
+    from mpcompat.workers import child_failures
+    child_failures.heard_from_parent(frame.f_locals.get("preparation_data"))
     main = sys.modules.get("__mp_main__")
     if main is not None and main is not sys.modules.get("__main__"):  # runpy's, while it runs
         _child.importing = getattr(main.__spec__, "name", None) or main.__file__

@@ -1,17 +1,14 @@
 """Patch ``multiprocessing.pool_workers``: a Pool never loses a task, never respawns dying
 workers forever, and names what it cannot send back (patches.md).
 
-One mechanism, billiard's: each worker acknowledges the task it takes. Every worker process the
-parent starts gets a slot in a shared-memory array of its pool (on the Process object, so every
-start method carries it); the worker writes ``(job, index, busy)`` there after taking a task and
-clears ``busy`` just before sending the result. When the worker-handler thread reaps a worker
-that died busy, a death notice goes down the result pipe and the result handler fails that task
-with :class:`WorkerLostError`. Workers that die before taking any task, having recorded a
-start-up error, ``max(MIN_FAILURES, processes)`` in a row for ``GRACE`` seconds break the pool:
-its results fail with :class:`BrokenPool` and ``_check_running`` refuses new work. A task the
-worker cannot unpickle and a result the parent cannot unpickle fail as that task's result;
-``MaybeEncodingError`` keeps the note naming the part that cannot be pickled. A worker where
-mpcompat is not active ignores its slot; a ThreadPool is not touched.
+Billiard's mechanism: each worker has a slot in a shared-memory array of its pool (on its
+Process object, so every start method carries it) where it writes ``(job, index, busy)`` after
+taking a task and clears ``busy`` just before sending the result. A worker reaped busy: a death
+notice down the result pipe fails that task with :class:`WorkerLostError`. Workers that die
+before taking any task, having recorded a start-up error, ``max(MIN_FAILURES, processes)`` in a
+row for ``GRACE`` seconds break the pool (:class:`BrokenPool`). A task or result that cannot be
+unpickled fails as that task's result; ``MaybeEncodingError`` keeps its notes. A ThreadPool is
+not touched.
 """
 import functools
 import pickletools
@@ -44,8 +41,8 @@ _trackers = {}  # id(pool result queue) -> _Tracker, made in Pool.__init__
 
 
 class _Thread(threading.local):
-    """Per thread: ``tracker`` in a process pool's worker-handler thread (its pool's); ``task``
-    in a worker, the function of the task it runs (notes on its results name it)."""
+    """``tracker``: in a pool's worker-handler thread, its pool's; ``task``: in a worker, the
+    function of the task it runs."""
     tracker = task = None
 
 
@@ -74,8 +71,8 @@ class _Slot(object):
 
 
 class _Tasks(object):
-    """A worker's task queue as the worker function sees it: each task taken is written to the
-    worker's slot before it runs; a task that cannot be unpickled fails as its own result."""
+    """A worker's task queue that writes each task taken to the worker's slot; a task that
+    cannot be unpickled fails as its own result."""
 
     def __init__(self, inqueue, outqueue, slot):
         self._inqueue, self._put, self._slot = inqueue, outqueue.put, slot
@@ -104,12 +101,9 @@ class _Tasks(object):
 
     def _unreadable(self, data, exc):
         # Sent back as the task's result; raised (the worker dies) if the task is unknown.
+        from mpcompat.diagnose.notes import note_missing_attribute
         self.what = "unpickling a task its parent sent"
-        try:
-            from mpcompat.diagnose.notes import note_missing_attribute
-            note_missing_attribute(exc)
-        except Exception:
-            pass
+        note_missing_attribute(exc)
         ids = _task_ids(data)
         if ids is None:
             raise exc
@@ -120,8 +114,7 @@ class _Tasks(object):
 
 
 class _Results(object):
-    """A worker's result queue as the worker function sees it: a result on its way clears
-    ``busy`` in the worker's slot first."""
+    """A worker's result queue that clears ``busy`` in the worker's slot before each put."""
 
     def __init__(self, outqueue, slot):
         self._outqueue, self._slot = outqueue, slot
@@ -135,8 +128,8 @@ class _Results(object):
 
 
 def _make_worker(original):
-    """``multiprocessing.pool.worker``, the same function as far as pickle can tell (a Process
-    target, sent by reference to spawn and forkserver children)."""
+    """``multiprocessing.pool.worker``, under the same name (a Process target, pickled by
+    reference)."""
 
     @functools.wraps(original)
     def worker(inqueue, outqueue, initializer=None, initargs=(), maxtasks=None,
@@ -160,10 +153,8 @@ def _make_worker(original):
         try:
             return original(tasks, outqueue, initializer, initargs, maxtasks, wrap_exception)
         except BaseException as exc:
-            if not isinstance(exc, KeyboardInterrupt) and not (
-                    isinstance(exc, SystemExit) and exc.code in (None, 0)):
-                from mpcompat.workers import child_failures
-                child_failures.record(exc, what=tasks.what)
+            from mpcompat.workers import child_failures
+            child_failures.record(exc, what=tasks.what)
             raise
     return worker
 
@@ -171,18 +162,18 @@ def _make_worker(original):
 # --- the parent's side ------------------------------------------------------------------------
 
 class _Tracker(object):
-    """What the parent knows of one process pool's workers: their slots and start-up failures
-    (the worker-handler thread's), and the result-handler thread's side of the notices."""
+    """The parent's view of one process pool's workers: their slots, start-up failures and
+    the notices on the result pipe."""
 
     def __init__(self, outqueue, processes):
         from multiprocessing.sharedctypes import RawArray
-        # Weakly: the tracker lives in _trackers until the pool's result queue is freed.
+        # Weakly, as the cache (its results hold the Pool): _trackers keeps this tracker
+        # until the result queue is freed.
         self.outqueue, self.processes = weakref.ref(outqueue), processes
         self.array = RawArray("q", 4 * processes)
         self.free = list(range(processes))
         self.slots = {}       # worker Process -> its _Slot
         self.taken = 0        # tasks taken by workers reaped so far
-        # The pool's cache, weakly: its results hold the Pool, which must stay freeable.
         self.cache = lambda: None
         self.workers = self.inqueue = None
         self.failures = []    # (pid, exitcode, record) of start-up failures in a row
@@ -230,15 +221,15 @@ class _Tracker(object):
                 and self.since[1] == self.progress()
                 and time.monotonic() - self.since[0] >= GRACE
                 and not any(slot.read()[3] for slot in list(self.slots.values()))):
-            pids = [pid for pid, _, _ in self.failures]
-            codes = [code for _, code, _ in self.failures]
+            pids, codes, records = (list(column) for column in zip(*self.failures))
             self.broken = (_broken_message(pids, codes, time.monotonic() - self.since[0]),
-                           pids, codes, _records_note(self.failures))
+                           pids, codes,
+                           child_failures.describe(records, "Pool worker process", tally=True))
             self.failures = []
             self._send((None, _BREAK, None))
 
     def broken_error(self):
-        """A new BrokenPool for one result (each raise gets its own traceback)."""
+        """A new BrokenPool (each raise gets its own traceback)."""
         from mpcompat.diagnose.notes import add_note
         from mpcompat.errors import BrokenPool
         message, pids, codes, note = self.broken
@@ -252,8 +243,8 @@ class _Tracker(object):
             return
         data = ForkingPickler.dumps(message)
         lock = queue._wlock
-        # A worker killed while writing holds the lock for ever: then the pool is wedged as
-        # it would be without mpcompat, and this thread must not hang with it.
+        # A worker killed while writing holds the lock for ever: the pool is wedged as it
+        # would be without mpcompat, and this thread must not hang with it.
         if lock is not None and not lock.acquire(True, 5.0):
             return
         try:
@@ -310,8 +301,8 @@ class _Tracker(object):
 
 
 def _tracker(outqueue, processes=None):
-    """The tracker of the pool whose result queue is ``outqueue``; made when ``processes`` is
-    given (by ``Pool.__init__``, before the pool's threads start)."""
+    """The tracker of the pool of result queue ``outqueue``; made when ``processes`` is given
+    (in ``Pool.__init__``, before the pool's threads start)."""
     tracker = _trackers.get(id(outqueue))
     if tracker is None and processes is not None:
         tracker = _trackers[id(outqueue)] = _Tracker(outqueue, processes)
@@ -333,36 +324,13 @@ def _fail_whole(cache, job, result, error):
 def _lost(pid, exitcode, record):
     from mpcompat.diagnose.notes import PREFIX, add_note
     from mpcompat.errors import WorkerLostError
-    from mpcompat.workers.exits import describe_exit, exit_hint
+    from mpcompat.workers.exits import dead_lines, describe_exit
     exc = WorkerLostError("the Pool worker process %d died while running this task (%s)"
                           % (pid, describe_exit(exitcode)), pid, exitcode)
-    lines = [exit_hint(exitcode)] if exit_hint(exitcode) else []
-    if record:
-        lines.append("The worker's own error: " + _record_text(record))
+    lines = dead_lines(exitcode, record, "The worker's own error: ")
     lines.append("The task's result is lost; the Pool goes on with a new worker.")
     add_note(exc, PREFIX + "\n".join(lines))
     return exc
-
-
-def _record_text(record):
-    text = record.get("error", "")
-    if record.get("what"):
-        text += "\n(while %s)" % record["what"]
-    return "\n".join([text] + list(record.get("notes") or ()))
-
-
-def _records_note(failures):
-    """Each distinct error of the workers in ``failures`` once, with the pids that had it."""
-    from mpcompat.diagnose.notes import PREFIX
-    by_text = {}
-    for pid, _, record in failures:
-        by_text.setdefault(_record_text(record), []).append(pid)
-    parts = []
-    for text, pids in by_text.items():
-        parts.append("Pool worker process (pid %d) failed while starting: %s" % (pids[0], text))
-        if len(pids) > 1:
-            parts[-1] += "\n(%d more workers failed the same way)" % (len(pids) - 1)
-    return PREFIX + "\n\n".join(parts)
 
 
 def _broken_message(pids, exitcodes, seconds):
@@ -413,15 +381,15 @@ def _classes(data):
 # --- the hooks ----------------------------------------------------------------------------------
 
 def _hooks(original):
-    """The replacements of the ``Pool`` methods of ``_HOOKED``, unbound (``original``: name ->
+    """The unbound replacements of the ``Pool`` methods of ``_HOOKED`` (``original``: name ->
     the original function)."""
 
     def _repopulate_pool_static(ctx, Process, processes, pool, inqueue, outqueue, *args):
         if hasattr(outqueue, "_reader"):  # a process pool (not a ThreadPool)
             tracker = _tracker(outqueue, processes)
             if tracker.broken is not None:
-                # Broken by the reaping just before this call (_maintain_pool): no new worker,
-                # and no fork while the user's threads go on (a fork copies their locks).
+                # Broken by the reaping just before (_maintain_pool): no new worker, and no
+                # fork while the user's threads go on (a fork copies their locks).
                 return None
             Process = tracker.starting(Process)
         return original["_repopulate_pool_static"](ctx, Process, processes, pool, inqueue,
@@ -472,8 +440,8 @@ def _hooks(original):
         sentinels = original["_get_worker_sentinels"](workers)
         tracker = _watched(workers)
         if tracker is not None and tracker.broken is not None:
-            # Broken: no worker reads the tasks (their results failed), this thread does, so
-            # that the task handler never blocks on a full pipe; woken up by what still comes.
+            # Broken: this thread reads the tasks (their results failed), so that the task
+            # handler never blocks on a full pipe; woken up by what still comes.
             _drain(tracker.inqueue)
             sentinels.append(tracker.inqueue._reader)
         return sentinels

@@ -1,8 +1,8 @@
 """Patch ``torch.dataloader_workers``: DataLoader workers never fail in silence (patches.md).
 
-In the worker, ``_worker_loop`` (pickled by reference: replaced by a plain function) gives the
-result queue an ``_on_queue_feeder_error`` that sends the pickling error of a batch instead of
-dropping it (pytorch#142884). In the main process, the "exited unexpectedly" error of
+In the worker, ``_worker_loop`` (pickled by reference: a plain function) gives the result queue
+an ``_on_queue_feeder_error`` that sends a batch's pickling error instead of dropping it
+(pytorch#142884). In the main process, the "exited unexpectedly" error of
 ``_MultiProcessingDataLoaderIter._try_get_data`` gains what ended the dead workers.
 """
 import functools
@@ -135,25 +135,20 @@ def _try_get_data_wrapper(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     except RuntimeError as exc:
         try:
-            dead = [w for w in list(getattr(instance, "_workers", ()))
-                    if w.exitcode is not None and w.exitcode != 0]
+            dead = [w for w in list(getattr(instance, "_workers", ())) if w.exitcode]
             if dead and not exc.__dict__.get(_NOTED):
                 exc.__dict__[_NOTED] = True
-                _name_causes(exc, dead)
+                from mpcompat.diagnose.notes import PREFIX, add_note
+                from mpcompat.workers import child_failures
+                from mpcompat.workers.exits import describe_exit, exit_hint
+                signals = ["DataLoader worker process %d: %s. %s." % (
+                    w.pid, describe_exit(w.exitcode), exit_hint(w.exitcode))
+                    for w in dead if w.exitcode < 0 and exit_hint(w.exitcode)]
+                if signals:
+                    add_note(exc, PREFIX + "\n".join(signals))
+                note = child_failures.note_for([w.pid for w in dead], "DataLoader worker")
+                if note:
+                    add_note(exc, note)
         except Exception:
             pass
         raise
-
-
-def _name_causes(exc, dead):
-    from mpcompat.diagnose.notes import PREFIX, add_note
-    from mpcompat.workers import child_failures
-    from mpcompat.workers.exits import describe_exit, exit_hint
-    signals = ["DataLoader worker process %d: %s. %s." % (
-        w.pid, describe_exit(w.exitcode), exit_hint(w.exitcode))
-        for w in dead if w.exitcode < 0 and exit_hint(w.exitcode)]
-    if signals:
-        add_note(exc, PREFIX + "\n".join(signals))
-    note = child_failures.note_for([w.pid for w in dead], "DataLoader worker")
-    if note:
-        add_note(exc, note)

@@ -1,8 +1,8 @@
 """Patch ``torch.spawn_errors``: a ``torch.multiprocessing.spawn`` child that dies starting up is
 named with its cause.
 
-``ProcessExitedException.__init__`` is wrapped (wrapt) to add the start-up failure the child
-recorded (``multiprocessing.bootstrap_notes``, ``mpcompat.workers.child_failures``), if any.
+``ProcessExitedException.__init__`` (wrapt) adds the start-up failure the child recorded
+(``multiprocessing.bootstrap_notes``, ``mpcompat.workers.child_failures``), if any.
 """
 from mpcompat.patches import Skip
 from mpcompat.patching.patcher import Patcher
@@ -28,14 +28,10 @@ def _init_wrapper(wrapped, instance, args, kwargs):
     wrapped(*args, **kwargs)
     try:
         from mpcompat.workers import child_failures
-        pid = _error_pid(*args, **kwargs)
+        pid = args[2] if len(args) > 2 else kwargs.get("error_pid")  # (msg, error_index, error_pid)
         note = child_failures.note_for([pid], "torch.multiprocessing.spawn process")
         if note:
             from mpcompat.diagnose.notes import add_note
             add_note(instance, note)
     except Exception:
         pass
-
-
-def _error_pid(msg, error_index, error_pid, *rest, **kwargs):
-    return error_pid

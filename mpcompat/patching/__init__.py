@@ -1,12 +1,11 @@
 """The patch machinery: this package is the post-import hook; ``manager`` applies the patches,
 ``patcher`` is the one way a patch changes anything, ``versions`` reads and compares versions.
 
-A finder at the front of ``sys.meta_path`` answers only for watched names (one dict look-up for
-others). It chains the loader of the spec the finders behind it give: the callbacks run right
-after the module's code, once per execution of it (import and reload alike), under the module's
-import lock. A watched submodule that finishes while its watched top-level package still runs
-(torch's, during ``import torch``) is called back when the package has finished: nothing can use
-it before, and what the patches import costs less then. Callbacks must not raise.
+A finder at the front of ``sys.meta_path``, a dict look-up for names nobody watches, chains the
+loader the finders behind it give: the callbacks run right after the module's code, once per
+execution (import and reload alike), under the module's import lock. A watched submodule done
+while its watched top-level package still runs (torch's) is called back when the package is
+done: nothing can use it before, and what the patches import costs less then.
 """
 import sys
 
@@ -25,8 +24,7 @@ class _ChainedLoader(object):
     def __class__(self):  # isinstance() checks of callers of find_spec() see the real loader
         return type(self.loader)
 
-    def create_module(self, spec):
-        """The real loader's module creation."""
+    def create_module(self, spec):  # (__getattr__ would fail where the loader has none)
         return getattr(self.loader, "create_module", lambda _: None)(spec)
 
     def exec_module(self, module):
@@ -103,8 +101,8 @@ def unwatch(name, callback):
 
 
 def imported(name):
-    """Return ``(module, finished)`` for module ``name`` in ``sys.modules`` (``(None, True)``
-    when it is not imported); ``finished`` is False while its code is still running."""
+    """Return ``(module, finished)`` for ``name`` (``(None, True)`` when not imported);
+    ``finished`` is False while its code still runs."""
     module = sys.modules.get(name)
     if module is None:
         return None, True

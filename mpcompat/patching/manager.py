@@ -1,14 +1,12 @@
 """Applies, skips and reverts the declared patches, and keeps their state for status().
 
-Activation hands every patch target to :func:`on_module` once per execution of its code. A
-patch applies where its library's version has the bug and is tested (else "not needed", or
-"skipped" with one warning); one that raises or cannot load is "failed", with one warning.
-activate() and deactivate() arm and disarm under activation's lock (bookkeeping only), then
-apply or revert outside it: a patch disarmed while an import applies it is reverted by
-whichever of the two comes last.
+A patch applies to each target handed to :func:`on_module` where its library's version has the
+bug and is tested (else "not needed", or "skipped" with one warning); one that raises or cannot
+load is "failed", with one warning. activate() and deactivate() arm and disarm under
+activation's lock (bookkeeping only), then apply or revert outside it: a patch disarmed while an
+import applies it is reverted by whichever of the two comes last.
 """
 import importlib
-import os
 import sys
 from _thread import start_new_thread
 
@@ -41,17 +39,16 @@ _seen = set()  # target names on_module() was called with
 
 
 def states(read_versions=True):
-    """Return the PatchState of every declared patch, in table order, for status() (and read
-    the version of each patch's library, unless ``read_versions`` is false)."""
+    """The PatchState of every declared patch, in table order (its library's version read,
+    unless ``read_versions`` is false)."""
     from mpcompat import patches as patch_table
     result = [_states.get(spec.name) or PatchState(spec) for spec in patch_table.PATCHES]
     for st in result:
-        var = st.spec.needs_env
         missed = [t for t in st.spec.targets if t in sys.modules and t not in _seen]
         if st.state != WAITING:
             pass
-        elif var and not os.environ.get(var, "").strip():
-            st.state, st.reason = NOT_NEEDED, "%s is not set" % var
+        elif st.spec.env_off():
+            st.state, st.reason = NOT_NEEDED, st.spec.env_off()
         elif st.spec.needed and not st.spec.distributions and _judge(st)[0] == NOT_NEEDED:
             st.state, st.reason = _judge(st)[:2]  # a standard-library patch for a newer Python
         elif missed:  # another finder took the import
@@ -77,8 +74,7 @@ def _bypassed(target):
 
 def arm(table, wanted, disabled_by):
     """Arm the patches of ``table`` named in ``wanted``, disarm the rest (``disabled_by``: why,
-    or None for "not requested"). Bookkeeping only, under activation's lock: return
-    ``(armed, undo)``, the PatchStates armed and what :func:`revert` must undo."""
+    or None: "not requested"); return ``(armed PatchStates, what revert() must undo)``."""
     armed, undo = [], []
     for spec in table:
         st = _states.get(spec.name)
@@ -108,8 +104,8 @@ def _disarm(st, state, reason):
 
 
 def revert(undo):
-    """Revert the ``(PatchState, module)`` pairs from :func:`arm` or :func:`disarm_all`
-    (outside activation's lock: a patch's revert code may import)."""
+    """Revert the ``(PatchState, module)`` pairs that arm() or disarm_all() returned (outside
+    activation's lock: a patch's revert code may import)."""
     for st, module in undo:
         try:
             importlib.import_module(st.spec.impl).revert(module)
@@ -150,7 +146,7 @@ def on_module(module):
 
 
 def _read_version(st):
-    """Read the version of the patch's library (or Python's); return it ("" if unknown)."""
+    """Read the version of the patch's library (or Python's), once; "" if unknown."""
     if st.version is None:
         if not st.spec.distributions:
             st.distribution, st.version = "Python", versions.python_version()
@@ -189,9 +185,8 @@ def _verdict(st):
 def _apply(st, module):
     """Apply ``st`` to ``module``; never raise."""
     state, reason, warning = _judge(st)
-    var = st.spec.needs_env
-    if var and not os.environ.get(var, "").strip():
-        state, reason, warning = NOT_NEEDED, "%s is not set" % var, None
+    if st.spec.env_off():
+        state, reason, warning = NOT_NEEDED, st.spec.env_off(), None
     elif state == APPLIED:
         st.applied[module.__name__] = module
         try:
@@ -226,8 +221,8 @@ def _apply(st, module):
 
 
 def require(name):
-    """An explicitly requested patch: raise PatchUnavailable if it cannot apply (and leave it
-    off, "skipped")."""
+    """Raise PatchUnavailable for an explicitly requested patch that cannot apply (left off,
+    "skipped")."""
     st = _states[name]
     state, reason = st.state, st.reason
     if state not in (SKIPPED, FAILED, NOT_NEEDED, MISSED):

@@ -1,6 +1,5 @@
 """The one way a patch changes a library (gevent.monkey's saved originals): replace an attribute
-or a registry's item, remember the original, and put it back only where ours is still in place.
-A patch's ``apply(module)`` replaces; its ``revert(module)`` restores what it did for ``module``.
+or a registry's item, remember the original, put it back only where ours is still in place.
 """
 from _thread import RLock
 
@@ -16,22 +15,20 @@ class Patcher(object):
 
     def replace(self, owner, name, new, target=None):
         """Set ``owner.name`` to ``new`` (as stored in ``owner.__dict__``: a ``classmethod``
-        stays one) and remember the first original. ``target``: the module the replacement
-        belongs to (default: the owner's). ``name`` may be kept by a data descriptor of the
-        type: an object's ``__class__`` (switched in place) or a function's ``__qualname__``."""
+        stays one, or a data descriptor's: ``__class__``, ``__qualname__``) and remember the
+        first original; ``target``: the module it belongs to (default: the owner's)."""
         if target is None:
             target = owner.__name__ if type(owner).__name__ == "module" else getattr(
                 owner, "__module__", None)
         return self._replace(owner, name, False, new, target)
 
     def replace_item(self, mapping, key, value, target):
-        """Set ``mapping[key]`` to ``value`` (a registry such as
-        ``ForkingPickler._extra_reducers``) as :meth:`replace` does; ``target``: a module name."""
+        """:meth:`replace` for ``mapping[key]`` (``ForkingPickler._extra_reducers``)."""
         return self._replace(mapping, key, True, value, target)
 
     def wrap(self, owner, name, wrapper, target=None):
-        """Replace ``owner.name`` with ``wrapt.FunctionWrapper(original, wrapper)``, which keeps
-        the original's identity; never for functions that must pickle by reference."""
+        """Replace ``owner.name`` with ``wrapt.FunctionWrapper(original, wrapper)`` (not for
+        functions that must pickle by reference)."""
         import wrapt  # only here: patches of the standard library never import it
         original = self.original(owner, name)
         return self.replace(owner, name, wrapt.FunctionWrapper(original, wrapper), target)
@@ -48,8 +45,8 @@ class Patcher(object):
         return getattr(owner, name)
 
     def restore(self, module=None):
-        """Put back the originals replaced for ``module`` (every one when None), each only if
-        the replacement is still in place: what somebody set after us stays theirs."""
+        """Put back the originals replaced for ``module`` (all when None) where ours is still
+        in place: what somebody set after us stays theirs."""
         name = getattr(module, "__name__", module)
         with self._lock:
             for key, (owner, attr, item, original, new, target) in list(self._records.items()):
@@ -79,8 +76,8 @@ class Patcher(object):
 
 
 def _get(owner, name, item):
-    """``owner``'s own ``name`` (``_ABSENT`` when it has none): an item of a mapping, else the
-    entry of its ``__dict__``, else what a data descriptor of its type keeps (``__class__``)."""
+    """``owner``'s own ``name`` (``_ABSENT`` if none): a mapping's item, its ``__dict__`` entry,
+    else what a data descriptor of its type keeps (``__class__``)."""
     if item:
         return owner.get(name, _ABSENT)
     value = getattr(owner, "__dict__", {}).get(name, _ABSENT)

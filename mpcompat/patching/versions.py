@@ -1,10 +1,9 @@
 """Versions: read cheaply, compared leniently.
 
-``2.13.0+cpu``, ``1.9.0a0+git1234`` and ``1.4.0rc1`` count as their release numbers: a
-nightly or a distro build of a supported release is that release. Read when a patch is about
-to apply, in every process that imports its target: the package's ``__version__`` first, then
-the ``<name>-<version>.dist-info`` (or ``.egg-info``) directory next to it, and only then
-``importlib.metadata`` (tens of milliseconds).
+``2.13.0+cpu``, ``1.9.0a0+git1234`` and ``1.4.0rc1`` count as their release numbers. Read as a
+patch is about to apply, in every process that imports its target: the package's
+``__version__``, else the ``<name>-<version>.dist-info`` (``.egg-info``) directory beside it,
+and only then ``importlib.metadata`` (tens of milliseconds).
 """
 import os
 import sys
@@ -18,7 +17,7 @@ _listings = {}  # directory -> {normalized distribution name: version} of its me
 
 
 def parse(version):
-    """Return the release numbers of ``version`` as a tuple of ints, or None if it has none."""
+    """The release numbers of ``version`` as a tuple of ints, or None if it has none."""
     text = (version or "").strip()
     if text[:1] in ("v", "V"):
         text = text[1:]
@@ -30,8 +29,8 @@ def parse(version):
 
 
 def in_range(version, spec):
-    """Whether ``version`` (a string) satisfies ``spec`` such as ``">=1.8,<2.14"`` (an empty
-    ``spec`` accepts every version that has release numbers); ValueError for a bad spec."""
+    """Whether ``version`` satisfies ``spec`` such as ``">=1.8,<2.14"`` ("" accepts every one
+    with release numbers); ValueError for a bad spec."""
     release = parse(version)
     if release is None:
         return False
@@ -64,9 +63,8 @@ def python_version():
 
 
 def version_of(distributions, package):
-    """Return ``(distribution, version)`` for a library, or ``(None, None)``: the
-    ``__version__`` of ``package`` (``"torch"``) where it has one, else the first of
-    ``distributions`` installed."""
+    """``(distribution, version)`` of a library, or ``(None, None)``: ``package``'s
+    ``__version__`` where it has one, else the first of ``distributions`` installed."""
     module = sys.modules.get(package)
     own = getattr(module, "__version__", None)
     own = str(own) if own is not None and parse(str(own)) is not None else None
@@ -111,8 +109,8 @@ def _dist_info_version(dist, module):
 
 
 def _metadata_dirs(directory):
-    """``{normalized distribution name: version}`` of the metadata directories in
-    ``directory`` (``torch-2.13.0+cpu.dist-info``, ``mmcv-1.4.0-py3.8.egg-info``)."""
+    """``{normalized name: version}`` of the metadata directories in ``directory``
+    (``torch-2.13.0+cpu.dist-info``, ``mmcv-1.4.0-py3.8.egg-info``)."""
     try:
         entries = os.listdir(directory)
     except OSError:

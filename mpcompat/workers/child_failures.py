@@ -1,16 +1,16 @@
 """Why a child process failed while starting, told to its parent.
 
 A child that dies before it runs its target (it cannot unpickle what it was sent or import the
-main module, a Pool initializer raises) calls :func:`record`; its parent, once it notices the
-dead child, calls :func:`take` or :func:`note_for` and names the cause in its own error.
+main module, a Pool initializer raises) calls :func:`record`; its parent, noticing the dead
+child, calls :func:`take` or :func:`note_for` and names the cause in its own error.
 
-The channel is a listening Unix socket the parent opens (:func:`listen`, from ``Process.start``)
-before its first child starts. Spawn and forkserver children get its address in their
-preparation data (:func:`heard_from_parent`); fork children inherit it. A child connects, writes
-one JSON record and closes; the record waits in the kernel until the parent reads it. On Linux
-the socket is abstract and a record is kept only from a process of this user (``SO_PEERCRED``)
-with the pid it names, whose parent is this process or its forkserver; elsewhere on Unix it is
-a file in a private directory removed at exit; Windows has no channel. Nothing runs at import.
+The channel is a listening Unix socket the parent opens (:func:`listen`) before its first child
+starts; spawn and forkserver children get its address in their preparation data, fork children
+inherit it. A child connects, writes one JSON record and closes; the record waits in the kernel
+until the parent reads it. On Linux the socket is abstract and a record is kept only from a
+process of this user (``SO_PEERCRED``) with the pid it names, whose parent is this process or
+its forkserver; elsewhere on Unix it is a file in a private directory removed at exit; Windows
+has no channel. Nothing runs at import.
 """
 import os
 import sys
@@ -27,10 +27,9 @@ _MARK = "_mpcompat_recorded"
 
 
 class _Channel(object):
-    """This process's listening socket (``address``: "<owner pid>:<socket address>") and the
-    records read from it, not yet taken (``records``: pid -> record, in arrival order).
-    ``parent``: a fork child's, the channel it inherited; ``told``: (pid, address), what a
-    spawn or forkserver child was told."""
+    """This process's listening socket (``address``: "<owner pid>:<socket address>"), the
+    records read, not yet taken (``records``: pid -> record, in arrival order); ``parent``: the
+    channel a fork child inherited; ``told``: (pid, address) a spawn or forkserver child got."""
     owner = sock = address = directory = parent = told = None
 
 
@@ -39,8 +38,8 @@ _channel.records = {}
 
 
 def listen():
-    """Before starting a child: open this process's channel, or read the records waiting on it
-    (for :func:`forget`). Never raises."""
+    """Before starting a child: open this process's channel, or read the records waiting on it.
+    Never raises."""
     try:
         if _channel.owner == os.getpid():
             _read()
@@ -87,8 +86,10 @@ def address():
     return _channel.address if _channel.owner == os.getpid() else None
 
 
-def heard_from_parent(value):
-    """In a spawn or forkserver child: ``value`` is the parent's channel (see :func:`address`)."""
+def heard_from_parent(data):
+    """In a spawn or forkserver child: ``data``, the preparation data its parent sent, may name
+    the parent's channel (see :func:`address`)."""
+    value = data.get(KEY) if isinstance(data, dict) else None
     if isinstance(value, str) and value:
         _channel.told = (os.getpid(), value)
 
@@ -96,8 +97,8 @@ def heard_from_parent(value):
 def _parent_address():
     told = _channel.told
     if told is not None and told[0] == os.getpid():
-        # What the parent said wins over a channel that came with a fork: a forkserver that
-        # opened one of its own while importing the main module forks its children with it.
+        # It wins over a channel that came with a fork: a forkserver that opened one while
+        # importing the main module forks its children with it.
         return told[1]
     if _channel.owner is not None and _channel.owner != os.getpid():
         return _channel.address  # a fork child: the parent's channel came with the memory
@@ -120,11 +121,12 @@ def _remove_directory(directory):
 
 def record(exc, what=None):
     """In a child process: send why it failed (``exc``: its type, message and mpcompat notes;
-    ``what``: the step that failed) to its parent. Returns the parent's pid once the record is
-    on its way; None when no parent's channel reached this process, or on a second call for the
-    same exception. Never raises, prints nothing."""
+    ``what``: the step that failed) to its parent, and return the parent's pid; None without a
+    parent's channel, for an exception sent already, a KeyboardInterrupt or a SystemExit of code
+    0. Never raises, prints nothing."""
     try:
-        if getattr(exc, "__dict__", {}).get(_MARK):
+        if getattr(exc, "__dict__", {}).get(_MARK) or isinstance(exc, KeyboardInterrupt) or (
+                isinstance(exc, SystemExit) and exc.code in (None, 0)):
             return None
         exc.__dict__[_MARK] = True
         owner, _, where = (_parent_address() or "").partition(":")
@@ -181,8 +183,7 @@ def take(pid):
 
 def forget(pid):
     """In a parent that has just started child ``pid`` (after :func:`listen`): drop a record
-    an earlier child with that pid left, reading nothing new (the new child's own may be
-    waiting already). Never raises."""
+    an earlier child with that pid left, reading nothing new. Never raises."""
     try:
         _channel.records.pop(int(pid), None)
     except Exception:
@@ -190,7 +191,7 @@ def forget(pid):
 
 
 def discard(pids):
-    """Children ``pids`` are gone and nobody will ask why (their Pool was terminated): read the
+    """Children ``pids`` are gone and nobody will ask why (a terminated Pool's): read the
     records waiting, then drop theirs. Never raises."""
     try:
         _read()
@@ -251,33 +252,33 @@ def _receive(conn):
 
 
 def note_for(pids, what):
-    """In a parent: take the records of children ``pids`` (``what`` names them, e.g. "Pool
-    worker process") and return :func:`describe` of them, or None. Never raises."""
+    """In a parent: :func:`describe` of the records of children ``pids`` (``what`` names them,
+    e.g. "Pool worker process"), taken, or None. Never raises."""
     try:
         return describe([r for r in (take(pid) for pid in pids) if r is not None], what)
     except Exception:
         return None
 
 
-def describe(records, what):
+def describe(records, what, tally=False):
     """A note naming why each child of ``records`` failed while starting (its error, the step,
-    then its notes, which carry the fix; one copy per distinct error), or None if none."""
-    if not records:
-        return None
-    lines, seen = [], set()
+    then its notes, which carry the fix), one copy per distinct error, or None if none; then a
+    line for each child that failed the same way, or with ``tally``, their count and the whole
+    error (else up to its first blank line, on one line: the bootstrapping-phase error spans
+    fifteen indented lines)."""
+    from mpcompat.workers.exits import record_lines
+    alike = {}
     for rec in records:
-        key = (rec["error"], tuple(rec["notes"]), rec["what"])
-        if key in seen:
-            lines.append("%s (pid %d) failed while starting the same way." % (what, rec["pid"]))
-            continue
-        seen.add(key)
-        if lines:
-            lines.append("")
-        # The error up to its first blank line, on one line (the bootstrapping-phase error
-        # spans fifteen indented lines).
-        head = " ".join(rec["error"].strip().split("\n\n", 1)[0].split())
-        lines.append("%s (pid %d) failed while starting: %s" % (what, rec["pid"], head))
-        if rec["what"]:
-            lines.append("(while %s)" % rec["what"])
-        lines.extend(rec["notes"])
-    return PREFIX + "\n".join(lines)
+        alike.setdefault((rec["error"], tuple(rec["notes"]), rec["what"]), []).append(rec)
+    parts = []
+    for first, *others in alike.values():
+        if not tally:
+            first = dict(first, error=" ".join(first["error"].strip().split("\n\n", 1)[0].split()))
+        lines = record_lines("%s (pid %d) failed while starting: " % (what, first["pid"]), first)
+        if tally and others:
+            lines.append("(%d more workers failed the same way)" % len(others))
+        elif not tally:
+            lines += ["%s (pid %d) failed while starting the same way." % (what, rec["pid"])
+                      for rec in others]
+        parts.append("\n".join(lines))
+    return PREFIX + "\n\n".join(parts) if parts else None

@@ -1,5 +1,5 @@
-"""How a worker process ended, said for a person: the exit code or signal by name, and what
-usually causes it."""
+"""How a worker process ended, said for a person: the exit code or signal by name, what usually
+causes it, and the error the worker recorded."""
 import signal
 
 _HINTS = {
@@ -34,3 +34,18 @@ def describe_exit(exitcode):
 def exit_hint(exitcode):
     """The likely cause of such an end, or "" when there is nothing general to say."""
     return _HINTS.get(_signal_name(exitcode), "")
+
+
+def record_lines(intro, record):
+    """``intro`` and the error of ``record`` (``mpcompat.workers.child_failures``), then the step
+    that failed and its notes, as lines."""
+    lines = [intro + record["error"]]
+    if record["what"]:
+        lines.append("(while %s)" % record["what"])
+    return lines + list(record["notes"])
+
+
+def dead_lines(exitcode, record, intro="Its own error: "):
+    """Lines on a dead worker: the likely cause of its end, then its recorded error, if any."""
+    hint = exit_hint(exitcode)
+    return ([hint + "."] if hint else []) + (record_lines(intro, record) if record else [])

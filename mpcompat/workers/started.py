@@ -1,12 +1,11 @@
-"""What runs at the start of each DataLoader worker, before the user's ``worker_init_fn``:
-callbacks that patches register while applied (``opencv_worker_threads``), which
-``torch.dataloader_workers`` runs in each worker."""
+"""Callbacks that patches register while applied (``opencv_worker_threads``), run at the start
+of each DataLoader worker (``torch.dataloader_workers``), before the user's ``worker_init_fn``."""
 
 _callbacks = []
 
 
 def register(callback):
-    """Run ``callback()`` at the start of every DataLoader worker (once, however often it is
+    """Run ``callback()`` at the start of every DataLoader worker (once, however often
     registered)."""
     if callback not in _callbacks:
         _callbacks.append(callback)

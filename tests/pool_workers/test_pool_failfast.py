@@ -218,11 +218,14 @@ def test_broken_pool_fails_every_task_and_closes(method, tmp_path):
         assert data[name]["type"] == "BrokenPool", (name, data[name])
     assert data["error_callback"] == []  # refused at once: nothing was accepted to fail later
     assert data["joined"]
-    # Once broken, the Pool starts no worker: each worker that died is one the error counts
-    # (a fork after the break could copy a lock another thread holds, and hang in the child).
+    # Once broken, the Pool starts no worker (a fork after the break could copy a lock another
+    # thread holds, and hang in the child): the workers that died are those the error counts,
+    # plus at most the 2 that were still starting when the pool broke, and die later.
     failed = int(re.search(r"(\d+) worker processes of this Pool failed",
                            flat(data["many"]["text"])).group(1))
-    assert len(re.findall(r"^Process \w+PoolWorker-\d+:$", proc.stderr, re.M)) == failed
+    died = [int(n) for n in re.findall(r"^Process \w+PoolWorker-(\d+):$", proc.stderr, re.M)]
+    assert sorted(died) == list(range(1, len(died) + 1))  # every worker started died, once
+    assert failed <= len(died) <= failed + 2, (failed, died)
 
 
 RESPAWN = '''\
