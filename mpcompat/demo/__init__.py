@@ -1,13 +1,13 @@
 """``python -m mpcompat demo``: real failure scenarios, each run without and with mpcompat.
 
-Every scenario is a module ``mpcompat.demo.scenario_*`` that defines ``TITLE`` (one line),
-``ORDER`` (an int for sorting), ``NEEDS`` (the modules it needs besides the standard library,
-e.g. ``("torch",)``), ``TIMEOUT`` (seconds for one run: a scenario that hangs without mpcompat
-is cut short) and ``run()``, which does the real thing (start a DataLoader, spawn processes,
-...) and returns a one-line description of the outcome or raises. The runner starts a fresh
-child interpreter per scenario and mode: ``MPCOMPAT_DISABLE=1`` (and mpcompat deactivated) for
-"without", a plain start for "with". A scenario whose library is not installed is skipped.
+A scenario is a module ``mpcompat.demo.scenario_*`` with ``TITLE``, ``ORDER`` (for sorting),
+``NEEDS`` (modules beyond the standard library), ``TIMEOUT`` (seconds per run) and ``run()``,
+which does the real thing and returns a one-line outcome or raises. Each scenario and mode runs
+in a fresh interpreter, "without" under ``MPCOMPAT_DISABLE=1``; one whose library is missing
+is skipped.
 """
+import importlib
+import importlib.util
 import os
 import pkgutil
 import signal
@@ -16,7 +16,6 @@ import sys
 import time
 
 RESULT_PREFIX = "mpcompat-demo-result: "
-DEFAULT_TIMEOUT = 300
 _CHILD = """
 import sys, traceback
 if sys.argv[2] == "without":
@@ -40,9 +39,7 @@ print(%r + "OK " + str(outcome), flush=True)
 
 def scenarios():
     """Return the scenario modules' names, in their declared order."""
-    import importlib
-    here = os.path.dirname(__file__)
-    names = ["mpcompat.demo." + m.name for m in pkgutil.iter_modules([here])
+    names = ["mpcompat.demo." + m.name for m in pkgutil.iter_modules([os.path.dirname(__file__)])
              if m.name.startswith("scenario_")]
     modules = [importlib.import_module(n) for n in names]
     return [m.__name__ for m in sorted(modules, key=lambda m: (m.ORDER, m.__name__))]
@@ -50,39 +47,35 @@ def scenarios():
 
 def missing(name):
     """The modules scenario ``name`` needs that are not installed here (a list)."""
-    import importlib.util
-    module = sys.modules[name]
-    absent = []
-    for needed in getattr(module, "NEEDS", ()):
-        try:
-            if importlib.util.find_spec(needed.split(".")[0]) is None:
-                absent.append(needed)
-        except (ImportError, ValueError):
-            absent.append(needed)
-    return absent
+    return [needed for needed in sys.modules[name].NEEDS
+            if needed not in sys.modules and importlib.util.find_spec(needed) is None]
 
 
 def run_scenario(name, mode, timeout=None):
-    """Run scenario ``name`` in a fresh interpreter, mode "without" or "with".
-
-    Returns ``(ok, summary, output)``. timeout: seconds (default: the scenario's TIMEOUT); on
-    timeout the child and everything it started are killed.
-    """
+    """Run scenario ``name`` in a fresh interpreter, mode "without" or "with"; return ``(ok,
+    summary, output)``. After ``timeout`` s (default: its TIMEOUT) the child tree is killed."""
     if timeout is None:
-        timeout = getattr(sys.modules.get(name), "TIMEOUT", DEFAULT_TIMEOUT)
+        timeout = importlib.import_module(name).TIMEOUT
     env = dict(os.environ)
     env.pop("MPCOMPAT_DISABLE", None)
     if mode == "without":
         env["MPCOMPAT_DISABLE"] = "1"
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
+    posix = os.name == "posix"
     proc = subprocess.Popen([sys.executable, "-c", _CHILD, name, mode], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            universal_newlines=True, start_new_session=os.name == "posix")
+                            universal_newlines=True, start_new_session=posix)
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_tree(proc)
+        try:  # the child and what it started: its own session on POSIX
+            if posix:
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
+        except OSError:
+            pass
         output, _ = proc.communicate()
         return False, "FAILED timed out after %g s (a worker hung)" % timeout, output or ""
     lines = [l for l in output.splitlines() if l.startswith(RESULT_PREFIX)]
@@ -91,17 +84,6 @@ def run_scenario(name, mode, timeout=None):
         return False, "FAILED exit code %d: %s" % (proc.returncode, tail[0]), output
     summary = lines[-1][len(RESULT_PREFIX):]
     return summary.startswith("OK"), summary, output
-
-
-def _kill_tree(proc):
-    """Kill the child and the processes it started (its own session on POSIX)."""
-    try:
-        if os.name == "posix":
-            os.killpg(proc.pid, signal.SIGKILL)
-        else:
-            proc.kill()
-    except OSError:
-        pass
 
 
 def add_arguments(parser):
@@ -119,46 +101,36 @@ def select(all_names, wanted):
     """Return ``[(number, name)]`` for ``wanted`` (numbers or name parts; all if empty), or
     raise ValueError naming what matches nothing."""
     numbered = list(enumerate(all_names, 1))
-    if not wanted:
-        return numbered
-    chosen, unknown = [], []
+    chosen, unknown = set(), []
     for token in wanted:
-        if token.isdigit():
-            hits = [(n, name) for n, name in numbered if n == int(token)]
-        else:
-            hits = [(n, name) for n, name in numbered
-                    if token.lower() in name.rsplit(".", 1)[-1].lower()]
+        hits = {(n, name) for n, name in numbered if n == int(token)} if token.isdigit() else \
+            {(n, name) for n, name in numbered if token.lower() in name.rsplit(".", 1)[1].lower()}
         if not hits:
             unknown.append(token)
-        chosen += [hit for hit in hits if hit not in chosen]
+        chosen |= hits
     if unknown:
         raise ValueError("no scenario matches %s (there are %d; see mpcompat demo --list)"
                          % (", ".join(unknown), len(numbered)))
-    return sorted(chosen)
+    return sorted(chosen) if wanted else numbered
 
 
 def main(args):
     """Run the scenarios; exit 0 when every scenario that can run here works with mpcompat."""
-    all_names = scenarios()
     try:
-        chosen = select(all_names, args.names)
+        chosen = select(scenarios(), args.names)
     except ValueError as exc:
         print("mpcompat demo: %s" % exc, file=sys.stderr)
         return 2
-    if args.list:
-        for number, name in chosen:
-            module = sys.modules[name]
-            needs = ", ".join(module.NEEDS) or "the standard library only"
-            absent = missing(name)
-            print("%2d. %s  [%s; needs %s%s]" % (number, module.TITLE, name.rsplit(".", 1)[-1][9:],
-                                                needs, "; not installed: " + ", ".join(absent)
-                                                if absent else ""))
-        return 0
     ran = fixed = skipped = 0
     for number, name in chosen:
-        module = sys.modules[name]
+        module, absent = sys.modules[name], missing(name)
+        if args.list:
+            needs = ", ".join(module.NEEDS) or "the standard library only"
+            print("%2d. %s  [%s; needs %s%s]" % (
+                number, module.TITLE, name.split(".scenario_", 1)[1], needs,
+                "; not installed: " + ", ".join(absent) if absent else ""))
+            continue
         print("[%d] %s" % (number, module.TITLE), flush=True)
-        absent = missing(name)
         if absent:
             skipped += 1
             print("    skipped (needs %s)" % ", ".join(absent), flush=True)
@@ -172,6 +144,8 @@ def main(args):
             if args.verbose:
                 print("      | " + output.rstrip().replace("\n", "\n      | "))
             fixed += mode == "with" and ok
+    if args.list:
+        return 0
     print("\n%d of %d scenarios work with mpcompat%s" % (
         fixed, ran, "; %d skipped: their libraries are not installed" % skipped if skipped
         else ""))

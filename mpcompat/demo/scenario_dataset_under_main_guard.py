@@ -1,11 +1,8 @@
 """A spawn DataLoader over a Dataset class defined under ``if __name__ == "__main__":``.
 
-The script (written to a temporary directory, run as a real main script) defines ``MyDS``
-inside its main guard. Each spawn worker imports the script as ``__mp_main__``, which skips
-the guard, and dies unpickling the dataset ("Can't get attribute 'MyDS' on <module
-'__mp_main__'>", printed only to the worker's stderr); the main process says only
-"DataLoader worker (pid(s) ...) exited unexpectedly". With mpcompat that error names the
-worker's error, the class, the file and line where it is defined, and the fix.
+Each worker dies unpickling ``MyDS`` (the ``__mp_main__`` import skips the guard; only its
+stderr says so) and the main process says only "DataLoader worker ... exited unexpectedly".
+With mpcompat that error names the class, the file and line where it is defined, and the fix.
 """
 import time
 
@@ -51,13 +48,12 @@ def run():
     if outcome["ok"]:
         return "the DataLoader yielded %d samples" % outcome["batches"]
     message = outcome["message"]
-    flat = " ".join(message.split())
+    first, flat = message.strip().splitlines()[0], " ".join(message.split())
     named = [l.strip() for l in message.splitlines() if "class MyDS is defined" in l]
     if not (named and "%s, line %d" % (path, CLASS_LINE) in flat and "module level" in flat):
         raise RuntimeError("the main process raised %s after %.1f s: %s" % (
-            outcome["type"], outcome["seconds"], message.strip().splitlines()[0]))
+            outcome["type"], outcome["seconds"], first))
     sentences = named[0].replace(path, "train.py").split(". ")
-    fix = [s for s in sentences if s.startswith("Move ")]
+    fix = [s for s in sentences if s.startswith("Move ")] or [""]
     return "after %.1f s (%.1f s in all) the main process raises %s: %s ... %s" % (
-        outcome["seconds"], time.time() - start, message.strip().splitlines()[0],
-        sentences[0], fix[0] if fix else "")
+        outcome["seconds"], time.time() - start, first, sentences[0], fix[0])

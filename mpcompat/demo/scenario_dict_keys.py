@@ -1,21 +1,15 @@
-"""A torch DataLoader under spawn whose dataset keeps nuscenes-style ``dict_keys`` in a config.
+"""A spawn DataLoader whose dataset keeps a config with nuscenes-style ``dict_keys``.
 
-nuscenes-devkit's ``DetectionConfig`` stores ``class_names = class_range.keys()``; mmdet3d,
-BEVFormer and UniAD datasets keep that config, so a spawn DataLoader cannot send the dataset to
-its workers. This scenario builds the same shape without needing nuScenes data.
+mmdet3d, BEVFormer and UniAD datasets keep nuscenes' ``DetectionConfig`` (``class_names =
+class_range.keys()``), so a spawn DataLoader cannot send them to its workers; with mpcompat
+it can. The same shape, without nuScenes data.
 """
+from mpcompat.demo.scenario_views_pool import EvalConfig
+
 TITLE = "DataLoader(spawn) over a dataset whose config keeps class_names = class_range.keys()"
 ORDER = 10
 NEEDS = ("torch",)
 TIMEOUT = 120
-
-
-class DetectionLikeConfig(object):
-    """The shape of nuscenes' DetectionConfig: class_names is a dict_keys view."""
-
-    def __init__(self, class_range):
-        self.class_range = class_range
-        self.class_names = self.class_range.keys()
 
 
 class InfoDataset(object):
@@ -35,9 +29,8 @@ class InfoDataset(object):
 def run():
     """Iterate a spawn DataLoader with two workers over the dataset."""
     import torch.utils.data as data
-    config = DetectionLikeConfig({"car": 50, "truck": 50, "pedestrian": 40, "barrier": 30})
+    config = EvalConfig({"car": 50, "truck": 50, "pedestrian": 40, "barrier": 30})
     loader = data.DataLoader(InfoDataset(config), batch_size=4, num_workers=2,
                              multiprocessing_context="spawn")
-    batches = [batch for batch in loader]
     return "%d batches from 2 spawn workers; class_names %s" % (
-        len(batches), list(config.class_names))
+        len(list(loader)), list(config.class_names))

@@ -1,14 +1,8 @@
 """A spawn Pool mapping an object whose class is defined under ``if __name__ == "__main__":``.
 
-The script (written to a temporary directory and run as a real main script) defines its
-``Normalize`` class inside its main guard and maps an instance over a spawn Pool. The task
-pickles by reference (``__main__.Normalize``); each spawn worker imports the script as
-``__mp_main__``, which skips the guard, and dies with "Can't get attribute 'Normalize' on
-<module '__mp_main__'>" on its first task. Without mpcompat the Pool replaces the dead workers
-for ever and the parent's wait gives up with an empty ``TimeoutError`` (without a timeout it
-hangs); only the workers' stderr (often lost, e.g. under a job scheduler) says what happened.
-With mpcompat the Pool fails at once and its error names the class, the file and line, and the
-fix.
+Without mpcompat each worker dies unpickling ``Normalize`` (the ``__mp_main__`` import skips the
+guard; only its stderr says so), the Pool replaces it for ever and the parent's wait ends in an
+empty ``TimeoutError``. With mpcompat the Pool fails at once, naming the class, line and fix.
 """
 import re
 import time
@@ -19,7 +13,6 @@ TITLE = "Pool(spawn).map over an object whose class is defined under if __name__
 ORDER = 15
 NEEDS = ()
 TIMEOUT = 30
-WAIT = 5.0  # how long the script waits for the Pool's result
 
 SCRIPT = '''\
 import json
@@ -55,28 +48,17 @@ if __name__ == "__main__":
 CLASS_LINE = 12  # the line of "class Normalize" in SCRIPT
 
 
-def run_script(wait=WAIT, timeout=TIMEOUT - 5):
-    """Run the script (see :func:`mpcompat.demo.train_script.run_train_script`); return
-    ``(outcome, stderr, path)``."""
-    from mpcompat.demo.train_script import run_train_script
-    return run_train_script(SCRIPT, [wait], timeout=timeout)
-
-
-def names_the_fix(text, path):
-    """Whether ``text`` names Normalize, where it is defined and the fix."""
-    flat = " ".join(text.split())
-    return ("Normalize" in flat and "%s, line %d" % (path, CLASS_LINE) in flat
-            and "module level" in flat)
-
-
 def run():
     """Run the script; return what the parent's error says, or raise with what happened."""
+    from mpcompat.demo.train_script import run_train_script
     start = time.time()
-    outcome, stderr, path = run_script()
+    # the script waits 5 s for the Pool's result
+    outcome, stderr, path = run_train_script(SCRIPT, [5.0], timeout=TIMEOUT - 5)
     if outcome["ok"]:
         return "the Pool worked: %r" % (outcome["result"],)
-    text = "\n".join([outcome["message"]] + outcome["notes"])
-    if names_the_fix(text, path):
+    text = " ".join("\n".join([outcome["message"]] + outcome["notes"]).split())
+    if "Normalize" in text and "%s, line %d" % (path, CLASS_LINE) in text \
+            and "module level" in text:
         return ("the Pool's %s, after %.1f s, names class Normalize, defined inside `if __name__ "
                 "== \"__main__\":` of train.py, line %d, and the fix: move it to module level"
                 % (outcome["type"].split(".")[-1], outcome["seconds"], CLASS_LINE))

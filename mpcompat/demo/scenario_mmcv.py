@@ -1,11 +1,8 @@
 """A spawn DataLoader over a dataset that keeps an mmcv Config and a module object.
 
-Before mmcv 1.4.8, ``Config.fromfile`` keeps the modules a config file imports (``import numpy
-as np`` next to ``_base_``): loading the file already fails in its ``copy.deepcopy``, and a
-Config without ``_base_`` loads but cannot be sent to a worker. mmcv 1.4.8 and later leave
-modules out of the Config, but datasets still keep module objects as attributes (torchvision's
-PCAM keeps ``h5py``); this one keeps the module it parses annotations with. Both fail with
-"cannot pickle 'module' object" as soon as mmcv's ``init_dist`` has chosen spawn.
+Before mmcv 1.4.8 ``Config.fromfile`` keeps the modules a config imports; datasets keep module
+objects too (this one, its annotation parser). Both fail with "cannot pickle 'module' object"
+once mmcv's ``init_dist`` has chosen spawn; mpcompat pickles modules by name.
 """
 TITLE = ("DataLoader(spawn) over a dataset keeping an mmcv Config (modules kept before mmcv "
          "1.4.8) and a module attribute")
@@ -37,23 +34,18 @@ class AnnotationDataset(object):
         return self.parser.loads(record)["index"]
 
 
-def load_config():
-    """Write the config and its base to a temporary directory; return ``Config.fromfile``."""
+def run(workers=2):
+    """Load the dataset in spawn workers; report what the Config kept."""
     import os
     import tempfile
-    from mmcv import Config
+
+    import mmcv
+    from mpcompat.demo.scenario_nuscenes import load_in_spawn_workers
     with tempfile.TemporaryDirectory() as tmp:
         for name, text in (("base.py", BASE), ("config.py", CONFIG)):
             with open(os.path.join(tmp, name), "w") as f:
                 f.write(text)
-        return Config.fromfile(os.path.join(tmp, "config.py"))
-
-
-def run(workers=2):
-    """Load the dataset in spawn workers; report what the Config kept."""
-    import mmcv
-    from mpcompat.demo.scenario_nuscenes import load_in_spawn_workers
-    cfg = load_config()
+        cfg = mmcv.Config.fromfile(os.path.join(tmp, "config.py"))
     items = load_in_spawn_workers(AnnotationDataset(cfg), workers)
     kept = sorted(k for k, v in cfg.items() if type(v) is type(mmcv))
     return "items %s from %d spawn workers; mmcv %s Config keeps modules: %s" % (

@@ -1,12 +1,8 @@
 """A spawn DataLoader over a nuScenes dataset that keeps the devkit's evaluation configs.
 
-mmdet3d's ``NuScenesDataset`` (and the BEVFormer, UniAD, PETR, DETR3D datasets built on it)
-keeps ``config_factory('detection_cvpr_2019')`` as ``eval_detection_configs``. Its
-``class_names`` is ``class_range.keys()``, so the dataset cannot reach a spawn worker:
-"cannot pickle 'dict_keys' object" (nuscenes-devkit#1155). The dataset here also keeps the
-tracking config, and each worker builds ``TrackingBox`` objects: unpickled in a fresh worker
-that config leaves ``TRACKING_NAMES`` empty and every box fails with "Unknown tracking_name",
-which only shows once the first failure is fixed. No nuScenes data is needed.
+As mmdet3d's ``NuScenesDataset`` does, so "cannot pickle 'dict_keys' object" (nuscenes-devkit
+#1155); past that, a fresh worker's tracking config has no ``TRACKING_NAMES`` and every
+``TrackingBox`` fails with "Unknown tracking_name". mpcompat fixes both. No nuScenes data needed.
 """
 TITLE = ("DataLoader(spawn) over a dataset keeping nuscenes config_factory('detection_cvpr_2019')"
          " and the tracking config")

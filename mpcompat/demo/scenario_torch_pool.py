@@ -1,9 +1,7 @@
 """torch.multiprocessing.spawn with a model that keeps ``F.adaptive_max_pool2d`` as an attribute.
 
-``F.adaptive_max_pool2d`` (like ``F.max_pool2d`` and ``torch.unique``) is made by torch's
-``boolean_dispatch`` and carries the qualname ``boolean_dispatch.<locals>.fn``, so a model
-that stores it cannot be sent to spawn processes: "Can't pickle local object
-'boolean_dispatch.<locals>.fn'". The scenario is the first report's, unchanged.
+Made by torch's ``boolean_dispatch``, the function's qualname is ``boolean_dispatch.<locals>.fn``:
+"Can't pickle local object" without mpcompat, which pickles it by name. The first report's case.
 """
 import os
 

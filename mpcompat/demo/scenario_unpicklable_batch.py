@@ -1,11 +1,8 @@
 """A spawn DataLoader whose samples hold a ``threading.Lock`` (pytorch#142884).
 
-The script (written to a temporary directory, run as a real main script) iterates a DataLoader
-with a spawn worker and ``batch_size=None`` over a dataset whose samples are
-``{"x": i, "lock": threading.Lock()}``. The worker cannot pickle the sample: its result
-queue's feeder thread prints the error to the worker's stderr and drops the sample, and the
-main process waits for it forever. With mpcompat the worker sends the error in the sample's
-place, and the main process raises it, naming ``batch['lock']`` and what to do.
+The worker's result queue cannot pickle a sample: it prints the error to the worker's stderr
+and drops the sample, and the main process waits forever. With mpcompat the worker sends the
+error instead, and the main process raises it, naming ``batch['lock']`` and what to do.
 """
 import subprocess
 import time

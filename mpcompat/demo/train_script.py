@@ -8,14 +8,12 @@ import tempfile
 
 
 def run_train_script(source, args=(), timeout=25):
-    """Write ``source`` as ``train.py`` in a temporary directory, run it as the main script and
-    return ``(outcome, stderr, path)``: the JSON of its last ``OUTCOME {...}`` line on stdout, its
-    stderr, and the path it ran from (the directory is removed afterwards).
+    """Run ``source`` as the main script ``train.py`` of a temporary directory, with mpcompat
+    active at start-up in all its processes unless MPCOMPAT_DISABLE is set; return ``(outcome,
+    stderr, path)``: the JSON of its last ``OUTCOME {...}`` line, its stderr and its path.
 
-    The script runs with mpcompat activated at start-up in all its processes (as with the .pth
-    file or ``mpcompat run``) unless MPCOMPAT_DISABLE is set. Raises
-    ``subprocess.TimeoutExpired`` after ``timeout`` seconds, and RuntimeError when the script
-    printed no outcome.
+    Raises ``subprocess.TimeoutExpired`` after ``timeout`` seconds, and RuntimeError when the
+    script printed no outcome.
     """
     from mpcompat.cli.launcher import command_env
     directory = tempfile.mkdtemp(prefix="mpcompat-demo-")
