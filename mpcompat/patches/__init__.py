@@ -62,70 +62,80 @@ OPENCV = ("opencv-python-headless", "opencv-python", "opencv-contrib-python-head
           "opencv-contrib-python")
 IMPL = "mpcompat.patches."
 
-# Rows give the fields in the order above, needed and needs_env by name.
 PATCHES = (
-    PatchSpec("torch.boolean_dispatch", ("torch._jit_internal",), TORCH, TORCH_TESTED,
-              IMPL + "torch_boolean_dispatch",
-              "functions made by boolean_dispatch (F.max_pool2d, ...) pickle by reference"),
-    PatchSpec("torch.safe_globals", ("torch.serialization",), TORCH, ">=2.13,<2.14",
-              IMPL + "torch_safe_globals",
-              "torch.load(weights_only=True) accepts mpcompat's view rebuild functions",
-              needed=">=2.4"),
-    PatchSpec("torch.generator", ("torch",), TORCH, TORCH_TESTED, IMPL + "torch_generator",
-              "a torch.Generator reaches spawn children with its state"),
+    PatchSpec("torch.boolean_dispatch", targets=("torch._jit_internal",), distributions=TORCH,
+              supported=TORCH_TESTED, impl=IMPL + "torch_boolean_dispatch",
+              summary="functions made by boolean_dispatch (F.max_pool2d, ...) pickle by "
+                      "reference"),
+    PatchSpec("torch.safe_globals", targets=("torch.serialization",), distributions=TORCH,
+              supported=">=2.13,<2.14", needed=">=2.4", impl=IMPL + "torch_safe_globals",
+              summary="torch.load(weights_only=True) accepts mpcompat's view rebuild functions"),
+    PatchSpec("torch.generator", targets=("torch",), distributions=TORCH, supported=TORCH_TESTED,
+              impl=IMPL + "torch_generator",
+              summary="a torch.Generator reaches spawn children with its state"),
     PatchSpec("torch.dataloader_workers",
-              ("torch.utils.data._utils.worker", "torch.utils.data.dataloader"), TORCH,
-              TORCH_TESTED, IMPL + "torch_dataloader_workers",
-              "DataLoader workers: an unpicklable batch, or a worker that dies starting up, "
-              "raises in the parent with its cause"),
-    PatchSpec("torch.spawn_errors", ("torch.multiprocessing.spawn",), TORCH, TORCH_TESTED,
-              IMPL + "torch_spawn_errors",
-              "torch.multiprocessing.spawn: a child that dies starting up is named with its cause"),
-    PatchSpec("nuscenes.detection_config", ("nuscenes.eval.detection.data_classes",),
-              ("nuscenes-devkit",), ">=1.1,<1.3", IMPL + "nuscenes_detection_config",
-              "DetectionConfig.class_names is a list in class_range order"),
-    PatchSpec("nuscenes.tracking_config", ("nuscenes.eval.tracking.data_classes",),
-              ("nuscenes-devkit",), ">=1.1,<1.3", IMPL + "nuscenes_tracking_config",
-              "an unpickled TrackingConfig restores the module state its __init__ sets"),
-    PatchSpec("opencv.worker_threads", ("cv2",), OPENCV, ">=4.5,<5.1",
-              IMPL + "opencv_worker_threads",
-              "OpenCV runs single-threaded, OpenCL off, in DataLoader workers and forked children"),
-    PatchSpec("multiprocessing.pickling_notes", ("multiprocessing.reduction",), (),
-              PYTHON_TESTED, IMPL + "mp_pickling_notes",
-              "a pickling error while starting a process or sending a task or result says what, "
-              "where and why"),
-    PatchSpec("multiprocessing.bootstrap_notes", ("multiprocessing.spawn",), (), PYTHON_TESTED,
-              IMPL + "mp_bootstrap_notes",
-              "a child that fails to start says why (main guard, objects defined under it) and "
-              "its parent learns it"),
+              targets=("torch.utils.data._utils.worker", "torch.utils.data.dataloader"),
+              distributions=TORCH, supported=TORCH_TESTED, impl=IMPL + "torch_dataloader_workers",
+              summary="DataLoader workers: an unpicklable batch, or a worker that dies starting "
+                      "up, raises in the parent with its cause"),
+    PatchSpec("torch.spawn_errors", targets=("torch.multiprocessing.spawn",), distributions=TORCH,
+              supported=TORCH_TESTED, impl=IMPL + "torch_spawn_errors",
+              summary="torch.multiprocessing.spawn: a child that dies starting up is named with "
+                      "its cause"),
+    PatchSpec("nuscenes.detection_config", targets=("nuscenes.eval.detection.data_classes",),
+              distributions=("nuscenes-devkit",), supported=">=1.1,<1.3",
+              impl=IMPL + "nuscenes_detection_config",
+              summary="DetectionConfig.class_names is a list in class_range order"),
+    PatchSpec("nuscenes.tracking_config", targets=("nuscenes.eval.tracking.data_classes",),
+              distributions=("nuscenes-devkit",), supported=">=1.1,<1.3",
+              impl=IMPL + "nuscenes_tracking_config",
+              summary="an unpickled TrackingConfig restores the module state its __init__ sets"),
+    PatchSpec("opencv.worker_threads", targets=("cv2",), distributions=OPENCV,
+              supported=">=4.5,<5.1", impl=IMPL + "opencv_worker_threads",
+              summary="OpenCV runs single-threaded, OpenCL off, in DataLoader workers and "
+                      "forked children"),
+    PatchSpec("multiprocessing.pickling_notes", targets=("multiprocessing.reduction",),
+              distributions=(), supported=PYTHON_TESTED, impl=IMPL + "mp_pickling_notes",
+              summary="a pickling error while starting a process or sending a task or result "
+                      "says what, where and why"),
+    PatchSpec("multiprocessing.bootstrap_notes", targets=("multiprocessing.spawn",),
+              distributions=(), supported=PYTHON_TESTED, impl=IMPL + "mp_bootstrap_notes",
+              summary="a child that fails to start says why (main guard, objects defined under "
+                      "it) and its parent learns it"),
     PatchSpec("multiprocessing.failure_records",
-              ("multiprocessing.process", "multiprocessing.spawn", "multiprocessing.forkserver"),
-              (), PYTHON_TESTED, IMPL + "mp_failure_records",
-              "a child's start-up error reaches its parent (a socket the parent owns); a plain "
-              "Process's is named once in the parent"),
-    PatchSpec("multiprocessing.pool_workers", ("multiprocessing.pool",), (), PYTHON_TESTED,
-              IMPL + "mp_pool_workers",
-              "a Pool whose workers die starting up fails fast with their error; unpicklable "
-              "results are named"),
-    PatchSpec("concurrent_futures.process_workers", ("concurrent.futures.process",), (),
-              PYTHON_TESTED, IMPL + "futures_process_workers",
-              "a ProcessPoolExecutor whose worker dies names the worker, its exit code or signal, "
-              "and its recorded error"),
-    PatchSpec("concurrent_futures.interpreter_workers", ("concurrent.futures.interpreter",), (),
-              PYTHON_TESTED, IMPL + "futures_interpreter_workers",
-              "an InterpreterPoolExecutor task whose arguments or result cannot be sent between "
-              "interpreters names what and why", needed=">=3.14"),
-    PatchSpec("multiprocessing.stuck_waits", ("multiprocessing.pool", "multiprocessing.process"),
-              (), PYTHON_TESTED, IMPL + "mp_stuck_waits",
-              "with MPCOMPAT_HANG_DUMP=SECONDS, a Pool/ThreadPool result waited for too long "
-              "dumps the stacks of this process and its workers", needs_env="MPCOMPAT_HANG_DUMP"),
-    PatchSpec("concurrent_futures.stuck_waits", ("concurrent.futures._base",), (), PYTHON_TESTED,
-              IMPL + "futures_stuck_waits",
-              "with MPCOMPAT_HANG_DUMP=SECONDS, a concurrent.futures future waited for too long "
-              "dumps the stacks of this process and its workers", needs_env="MPCOMPAT_HANG_DUMP"),
-    PatchSpec("torch.stuck_waits", ("torch.utils.data.dataloader", "torch.multiprocessing.spawn"),
-              TORCH, TORCH_TESTED, IMPL + "torch_stuck_waits",
-              "with MPCOMPAT_HANG_DUMP=SECONDS, a DataLoader batch or a spawn join waited for too "
-              "long dumps the stacks of this process and its workers",
-              needs_env="MPCOMPAT_HANG_DUMP"),
+              targets=("multiprocessing.process", "multiprocessing.spawn",
+                       "multiprocessing.forkserver"),
+              distributions=(), supported=PYTHON_TESTED, impl=IMPL + "mp_failure_records",
+              summary="a child's start-up error reaches its parent (a socket the parent owns); "
+                      "a plain Process's is named once in the parent"),
+    PatchSpec("multiprocessing.pool_workers", targets=("multiprocessing.pool",), distributions=(),
+              supported=PYTHON_TESTED, impl=IMPL + "mp_pool_workers",
+              summary="a Pool whose workers die starting up fails fast with their error; "
+                      "unpicklable results are named"),
+    PatchSpec("concurrent_futures.process_workers", targets=("concurrent.futures.process",),
+              distributions=(), supported=PYTHON_TESTED, impl=IMPL + "futures_process_workers",
+              summary="a ProcessPoolExecutor whose worker dies names the worker, its exit code "
+                      "or signal, and its recorded error"),
+    PatchSpec("concurrent_futures.interpreter_workers",
+              targets=("concurrent.futures.interpreter",), distributions=(),
+              supported=PYTHON_TESTED, needed=">=3.14", impl=IMPL + "futures_interpreter_workers",
+              summary="an InterpreterPoolExecutor task whose arguments or result cannot be sent "
+                      "between interpreters names what and why"),
+    PatchSpec("multiprocessing.stuck_waits",
+              targets=("multiprocessing.pool", "multiprocessing.process"), distributions=(),
+              supported=PYTHON_TESTED, needs_env="MPCOMPAT_HANG_DUMP",
+              impl=IMPL + "mp_stuck_waits",
+              summary="with MPCOMPAT_HANG_DUMP=SECONDS, a Pool/ThreadPool result waited for too "
+                      "long dumps the stacks of this process and its workers"),
+    PatchSpec("concurrent_futures.stuck_waits", targets=("concurrent.futures._base",),
+              distributions=(), supported=PYTHON_TESTED, needs_env="MPCOMPAT_HANG_DUMP",
+              impl=IMPL + "futures_stuck_waits",
+              summary="with MPCOMPAT_HANG_DUMP=SECONDS, a concurrent.futures future waited for "
+                      "too long dumps the stacks of this process and its workers"),
+    PatchSpec("torch.stuck_waits",
+              targets=("torch.utils.data.dataloader", "torch.multiprocessing.spawn"),
+              distributions=TORCH, supported=TORCH_TESTED, needs_env="MPCOMPAT_HANG_DUMP",
+              impl=IMPL + "torch_stuck_waits",
+              summary="with MPCOMPAT_HANG_DUMP=SECONDS, a DataLoader batch or a spawn join "
+                      "waited for too long dumps the stacks of this process and its workers"),
 )
