@@ -1,6 +1,6 @@
 """Benchmark the Pool patch on the success path: a Pool with patch ``multiprocessing.pool_workers``
-(each worker acknowledges every task it takes, on the result pipe) vs the standard-library Pool
-with the patch disabled.
+(a channel per worker, the parent dispatches each task and reads each result from the worker's
+channel) vs the standard-library Pool with the patch disabled.
 
 One child interpreter times the cases in three modes, in interleaved rounds (order rotated each
 round): "with" (the patch applied), "without" (``mpcompat.activate(disabled_patches=[...])``:

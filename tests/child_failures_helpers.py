@@ -47,3 +47,20 @@ def fail_once(flag):
 def double(x):
     """A Pool task."""
     return 2 * x
+
+
+def send_raw(address, data):
+    """Send ``data`` as they are to the failure channel at ``address`` (see
+    ``child_failures.address``), as a child that does not record properly would."""
+    import socket
+    where = address.split(":", 1)[1]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(where.replace("@", "\0", 1))
+    sock.sendall(data)
+    sock.close()
+
+
+def when_set(event, target, *args):
+    """``target(*args)`` once ``event`` is set."""
+    event.wait(60)
+    return target(*args)

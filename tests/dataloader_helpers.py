@@ -5,7 +5,9 @@ that a script decides whether cv2 is imported before the workers start (it impor
 or first inside a worker (it does not).
 """
 import os
+import signal
 import threading
+import time
 
 import torch.utils.data as data
 
@@ -35,6 +37,32 @@ class RaisesLocalError(data.Dataset):
         class ShapeError(ValueError):
             pass
         raise ShapeError("sample %d has the wrong shape" % index)
+
+
+class EndsAtItem3(data.Dataset):
+    """Item 3 ends the worker that loads it, a second after writing the worker's pid to
+    ``pid_file``: ``how`` is "exit3" (``os._exit(3)``), "outside" (it waits to be killed by
+    another process) or a signal it sends itself ("SIGKILL", "SIGSEGV"). The second lets the
+    main process wait for item 3, as it does when a worker dies in earnest."""
+
+    def __init__(self, how, pid_file):
+        self.how, self.pid_file = how, pid_file
+
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, index):
+        if index == 3:
+            with open(self.pid_file + ".new", "w") as fh:
+                fh.write(str(os.getpid()))
+            os.replace(self.pid_file + ".new", self.pid_file)  # whole, for the process reading
+            time.sleep(1)
+            if self.how == "exit3":
+                os._exit(3)
+            if self.how != "outside":
+                os.kill(os.getpid(), getattr(signal, self.how))
+            time.sleep(60)
+        return index
 
 
 class OpenCVThreads(data.Dataset):

@@ -193,3 +193,78 @@ class WeirdError(Exception):
 def raise_weird(x):
     """A task that raises WeirdError."""
     raise WeirdError(x, x)
+
+
+# --- a worker that dies at each instant of a task (run in the workers) --------------------------
+
+def _kill_me():
+    import signal
+    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(10)
+
+
+class DieWhenUnpickled(object):
+    """An argument that SIGKILLs the process unpickling it (a worker unpickling its task)."""
+
+    def __reduce__(self):
+        return _kill_me, ()
+
+
+class DieWhenPickled(object):
+    """A result that SIGKILLs the process pickling it (a worker sending it back)."""
+
+    def __reduce__(self):
+        _kill_me()
+
+
+def result_that_dies_when_pickled(x):
+    """A task whose worker dies pickling its result."""
+    return DieWhenPickled()
+
+
+def big_result_then_die(size, wait, delay):
+    """A task that returns ``size`` bytes after ``wait`` s, and SIGKILLs its worker ``delay`` s
+    later, while it sends them (when the parent does not read meanwhile, the send blocks)."""
+    threading.Timer(wait + delay, _kill_me).start()
+    time.sleep(wait)
+    return b"x" * size
+
+
+def exit_at_once():
+    """An initializer that ends its worker without raising (os._exit(3))."""
+    os._exit(3)
+
+
+def kill_at_once():
+    """An initializer that SIGKILLs its worker."""
+    _kill_me()
+
+
+def sys_exit(code):
+    """A task that calls sys.exit(code)."""
+    sys.exit(code)
+
+
+def pid_after(seconds):
+    """A task that sleeps ``seconds``, then returns the worker's pid."""
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def hold_the_gil(seconds):
+    """In the scenario's main process: keep the GIL for ``seconds`` (the Pool's handler threads
+    do not run meanwhile)."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(seconds + 5)
+    try:
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            pass
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def slow_double(x, seconds):
+    """A task that takes ``seconds`` and doubles ``x``."""
+    time.sleep(seconds)
+    return 2 * x

@@ -37,7 +37,7 @@ def explain_guarded(path, name):
         from mpcompat.diagnose.walker import Explanation, Problem
         what = "%s %s, defined inside `if __name__ == \"__main__\":` of %s, line %d" % (
             binding.kind, name, script, binding.line)
-        problem = Problem(name, None, None, main_guard.advice(name, path, binding), None, what)
+        problem = Problem(name, None, None, main_guard.advice(name, path, binding), what)
         return Explanation(name, [problem]).format(
             "%s cannot be pickled for spawn or forkserver children: 1 problem found." % name), True
     import textwrap

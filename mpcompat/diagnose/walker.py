@@ -33,14 +33,15 @@ _MAIN_NAMES = ("__main__", "__mp_main__")
 
 class Problem(object):
     """One part that cannot be pickled: ``path`` (``loader.dataset.transforms[3].fh``),
-    ``type``, ``error`` (``"TypeError: cannot pickle ..."``), ``hint`` (or None), ``exception``
-    and ``what`` (a short description: ``"function 'make.<locals>.<lambda>'"``)."""
+    ``type``, ``error`` (``"TypeError: cannot pickle ..."``), ``hint`` (or None) and ``what``
+    (a short description: ``"function 'make.<locals>.<lambda>'"``). No exception, traceback or
+    frame: kept on the error it explains, that would make a cycle through the error's frames,
+    keeping them and the queues they hold alive until the next garbage collection."""
 
-    __slots__ = ("path", "type", "error", "hint", "exception", "what")
+    __slots__ = ("path", "type", "error", "hint", "what")
 
-    def __init__(self, path, type, error, hint, exception, what):
-        self.path, self.type, self.error = path, type, error
-        self.hint, self.exception, self.what = hint, exception, what
+    def __init__(self, path, type, error, hint, what):
+        self.path, self.type, self.error, self.hint, self.what = path, type, error, hint, what
 
     def format(self, indent="  ", known=None):
         """The problem as indented lines; without the error line when it is ``known``."""
@@ -265,7 +266,8 @@ class _Walker(object):
         try:
             data = self.dumps(obj)
         except Exception as exc:
-            return exc
+            # Its traceback holds this frame, which holds the walker, which keeps exc: a cycle.
+            return exc.with_traceback(None)
         raw = bytes(data) if self.check_main or self.guarded else b""
         if b"__main__" not in raw:
             return None
@@ -489,6 +491,6 @@ class _Walker(object):
             hint = hint_for(obj, exc, text, culprit)
         except Exception:
             hint = None
-        problem = Problem(text, type(obj), _error_text(exc), hint, exc, describe(obj))
+        problem = Problem(text, type(obj), _error_text(exc), hint, describe(obj))
         self.problems.append((tuple(position for _, position in steps), problem))
         return True

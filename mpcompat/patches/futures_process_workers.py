@@ -2,24 +2,29 @@
 says which worker died, how, and why (patches.md).
 
 The manager thread's ``terminate_broken(cause)`` adds the dead workers to ``cause`` (every
-``BrokenProcessPool``'s ``__cause__``); ``_process_worker`` (pickled by reference: a plain
-function) records an error escaping it. Python 3.8: not needed.
+``BrokenProcessPool``'s ``__cause__``) and, before the pool is marked broken, to what ``submit``
+raises; ``_process_worker`` (pickled by reference: a plain function) records an error escaping
+it, and the error of an initializer that raised. Python 3.8: not needed.
+
+Everything the manager thread runs is imported here, never in that thread (the fork rule).
 """
 import functools
+from concurrent.futures import _base
+from multiprocessing.connection import wait
 
 from mpcompat.patching.patcher import Patcher
 from mpcompat.patches import NotNeeded
+from mpcompat.workers import child_failures
+from mpcompat.workers.exits import dead_lines, describe_exit
 
 patcher = Patcher()
+INITIALIZING = "running its initializer"
 UNPICKLING = "unpickling a task its parent sent"
+_NOTE = "_mpcompat_dead_workers"
 
 
 def describe_dead(processes):
     """A note naming each process of ``processes`` (``{pid: Process}``) that ended, or None."""
-    from multiprocessing.connection import wait
-    from mpcompat.diagnose.notes import PREFIX
-    from mpcompat.workers import child_failures
-    from mpcompat.workers.exits import dead_lines, describe_exit
     processes = dict(processes)
     ready = set(wait([p.sentinel for p in processes.values()], timeout=0))
     lines = []
@@ -30,10 +35,36 @@ def describe_dead(processes):
         code = process.exitcode
         if code is None:
             continue
-        lines.append("ProcessPoolExecutor worker process %d ended: %s."
-                     % (pid, describe_exit(code)))
-        lines += dead_lines(code, child_failures.take(pid) if code else None)
-    return PREFIX + "\n".join(lines) if lines else None
+        record = child_failures.take(pid)
+        # A worker whose initializer raised returns: its error says why, "exit code 0" does not.
+        how = ": " + describe_exit(code) if code or not record else ""
+        lines.append("ProcessPoolExecutor worker process %d ended%s." % (pid, how))
+        if code == 0 and not record:
+            lines.append("A worker ends so when its initializer raised (the traceback is on its "
+                         "stderr) or a task called os._exit(0).")
+        lines += dead_lines(code, record)
+    return child_failures.PREFIX + "\n".join(lines) if lines else None
+
+
+class _BrokenWithNote(object):
+    """``ProcessPoolExecutor._broken``, the message ``submit`` raises ``BrokenProcessPool`` with,
+    read with the dead workers' note when there is one: the note is kept before the pool is
+    marked broken, so no ``submit`` racing the manager thread misses it."""
+
+    def __get__(self, executor, owner=None):
+        if executor is None:
+            return self
+        broken = executor.__dict__.get("_broken", False)
+        note = executor.__dict__.get(_NOTE)
+        return broken + "\n" + note if note and isinstance(broken, str) else broken
+
+    def __set__(self, executor, value):
+        executor.__dict__["_broken"] = value
+
+
+def _keep_note(executor, note):
+    if executor is not None:
+        executor.__dict__[_NOTE] = note
 
 
 def _terminate_broken(original):
@@ -41,24 +72,21 @@ def _terminate_broken(original):
     def terminate_broken(self, cause=None, *args, **kwargs):
         try:
             note = describe_dead(self.processes)
+            if note:
+                _keep_note(self.executor_reference(), note)
+                cause = (list(cause) + ["\n"] if cause else []) + [note + "\n"]
         except Exception:
-            note = None
-        if note:
-            cause = (list(cause) + ["\n"] if cause else []) + [note + "\n"]
-        result = original(self, cause, *args, **kwargs)
-        executor = self.executor_reference()
-        if note and executor is not None and isinstance(executor._broken, str):
-            executor._broken += "\n" + note
-        return result
+            pass
+        return original(self, cause, *args, **kwargs)
     return terminate_broken
 
 
 class _Calls(object):
-    """A worker's call queue that knows when a task is unpickled."""
+    """A worker's call queue that knows the step its worker is in."""
 
     def __init__(self, queue):
         self._queue = queue
-        self.what = "starting"
+        self.what = INITIALIZING
 
     def __getattr__(self, name):
         return getattr(self._queue, name)
@@ -71,24 +99,34 @@ class _Calls(object):
         return item
 
 
+def _record_initializer_error(calls, log_record):
+    """A filter of the worker's ``concurrent.futures`` logger: CPython logs the error of an
+    initializer that raised and returns (the worker exits with code 0); record that error."""
+    if calls.what == INITIALIZING and log_record.exc_info:
+        child_failures.record(log_record.exc_info[1], what=INITIALIZING)
+    return True
+
+
 def _recording_worker(original):
     @functools.wraps(original)
     def _process_worker(call_queue, *args, **kwargs):
         calls = _Calls(call_queue)
+        # A filter, not a wrapper around the initializer: its logged traceback stays CPython's.
+        _base.LOGGER.addFilter(functools.partial(_record_initializer_error, calls))
         try:
             return original(calls, *args, **kwargs)
         except BaseException as exc:
-            if calls.what == UNPICKLING:
+            if calls.what == UNPICKLING:  # in the worker's own thread: importing is safe
                 from mpcompat.diagnose.notes import note_missing_attribute
                 note_missing_attribute(exc)
-            from mpcompat.workers import child_failures
             child_failures.record(exc, what=calls.what)
             raise
     return _process_worker
 
 
 def apply(module):
-    """Wrap ``terminate_broken`` and replace ``_process_worker`` (concurrent.futures.process)."""
+    """Wrap ``terminate_broken``, make ``ProcessPoolExecutor._broken`` carry the note, and
+    replace ``_process_worker`` (concurrent.futures.process)."""
     manager = getattr(module, "_ExecutorManagerThread", None)
     if manager is None or "terminate_broken" not in manager.__dict__:
         raise NotNeeded("this Python's ProcessPoolExecutor has no terminate_broken to hook "
@@ -96,8 +134,9 @@ def apply(module):
     for owner, name, make in ((manager, "terminate_broken", _terminate_broken),
                               (module, "_process_worker", _recording_worker)):
         patcher.replace(owner, name, make(patcher.original(owner, name)))
+    patcher.replace(module.ProcessPoolExecutor, "_broken", _BrokenWithNote())
 
 
 def revert(module):
-    """Put back the original where ours is still in place."""
+    """Put back the originals where ours are still in place."""
     patcher.restore(module)

@@ -2,14 +2,16 @@
 to its parent (``mpcompat.workers.child_failures``), and the parent's word on a plain Process
 (patches.md).
 
-- ``BaseProcess.start`` opens the channel before the first child starts, and drops a record an
-  earlier child with the new child's pid left untaken.
+- ``BaseProcess.start`` opens the channel before the first child starts, and tells it the new
+  child's pid: records are read from it, and one an earlier child with that pid left untaken is
+  dropped.
 - ``spawn.get_preparation_data`` sends its address to a spawn or forkserver child, whose
   ``spawn.prepare`` takes it before the main module is imported; ``prepare`` and that import
   also name the step a record names (:func:`step`).
 - ``BaseProcess.join``: a plain ``Process`` (not a worker whose owner names the cause) that
   exits non-zero after recording why is named once per cause, as an ``MpcompatWarning``.
-- ``forkserver.connect_to_new_process``: a forkserver that died says so (:func:`forkserver_died`).
+- ``forkserver.connect_to_new_process``: a forkserver that died says so (:func:`forkserver_died`);
+  ``forkserver.main`` loads once the patches its children would each load (:func:`_preload`).
 
 Plain functions, not wrapt: the standard-library patches do not import it.
 """
@@ -18,6 +20,7 @@ import os
 import sys
 
 from mpcompat.patching.patcher import Patcher
+from mpcompat.workers import child_failures  # here: Pool helper threads start workers
 
 patcher = Patcher()
 # Targets whose owners name a dead worker's cause in their own error.
@@ -39,15 +42,17 @@ _child = _Child()
 def _start(original):
     @functools.wraps(original)
     def start(self):
-        from mpcompat.workers import child_failures
         child_failures.listen()
         # Read before: start() deletes the target (bpo-30775).
         module = getattr(getattr(self, "_target", None), "__module__", None) or ""
         owned = module.startswith(_OWNED)
-        original(self)
+        since = child_failures.starting()
+        try:
+            original(self)
+        finally:
+            child_failures.started(self.pid, since)
         if owned:
             self.__dict__[_OWNED_MARK] = True
-        child_failures.forget(self.pid)
     return start
 
 
@@ -57,7 +62,6 @@ def _join(original):
         original(self, timeout)
         if self.exitcode and not self.__dict__.get(_OWNED_MARK):
             try:  # warn, once per cause, with what the child recorded
-                from mpcompat.workers import child_failures
                 record = child_failures.take(self.pid)
                 if record is not None:
                     from mpcompat.errors import warn
@@ -73,7 +77,6 @@ def _get_preparation_data(original):
     @functools.wraps(original)
     def get_preparation_data(*args, **kwargs):
         data = original(*args, **kwargs)
-        from mpcompat.workers import child_failures
         address = child_failures.address()
         if address is not None and isinstance(data, dict):
             data[child_failures.KEY] = address  # prepare() ignores keys it does not know
@@ -88,7 +91,6 @@ def _staged(stage, hear=False):
         @functools.wraps(original)
         def staged(arg, *args, **kwargs):
             if hear:
-                from mpcompat.workers import child_failures
                 child_failures.heard_from_parent(arg)
             outer, _child.stage = _child.stage, stage % arg if "%s" in stage else stage
             result = original(arg, *args, **kwargs)
@@ -116,6 +118,25 @@ def _connect_to_new_process(original, module):
             forkserver_died(exc, getattr(server, "_forkserver_pid", None))
             raise
     return connect_to_new_process
+
+
+def _serving(original):
+    @functools.wraps(original)
+    def main(*args, **kwargs):
+        _preload()
+        return original(*args, **kwargs)
+    return main
+
+
+def _preload():
+    """In a forkserver, before it serves: load once the patches of the multiprocessing modules
+    it has not imported (a Pool's ``multiprocessing.pool``), which each child it forks would
+    load again when it imports them. Never raises."""
+    try:
+        from mpcompat.activation import ensure_armed
+        ensure_armed().preload("multiprocessing.")
+    except Exception:
+        pass
 
 
 def forkserver_died(exc, pid):
@@ -192,7 +213,6 @@ def _joined_late(module):
         frame = frame.f_back
     if frame is None:
         return  # a fork child, or a forkserver importing the main module (Python 3.14+)
-    from mpcompat.workers import child_failures
     child_failures.heard_from_parent(frame.f_locals.get("preparation_data"))
     main = sys.modules.get("__mp_main__")
     if main is not None and main is not sys.modules.get("__main__"):  # runpy's, while it runs
@@ -202,11 +222,12 @@ def _joined_late(module):
 def apply(module):
     """Wrap ``BaseProcess.start`` and ``join`` (``multiprocessing.process``),
     ``get_preparation_data``, ``prepare`` and the import of the main module (``spawn``) or
-    ``connect_to_new_process`` (``forkserver``)."""
+    ``connect_to_new_process`` and ``main`` (``forkserver``)."""
     if module.__name__ == "multiprocessing.forkserver":
         # popen_forkserver calls the module's alias of the one ForkServer's bound method.
         patcher.replace(module, "connect_to_new_process", _connect_to_new_process(
             patcher.original(module, "connect_to_new_process"), module))
+        patcher.replace(module, "main", _serving(patcher.original(module, "main")))
         return
     if module.__name__ == "multiprocessing.process":
         cls = module.BaseProcess

@@ -3,12 +3,25 @@
 In the worker, ``_worker_loop`` (pickled by reference: a plain function) gives the result queue
 an ``_on_queue_feeder_error`` that sends a batch's pickling error instead of dropping it
 (pytorch#142884). In the main process, the "exited unexpectedly" error of
-``_MultiProcessingDataLoaderIter._try_get_data`` gains what ended the dead workers.
+``_MultiProcessingDataLoaderIter._try_get_data`` gains how each dead worker ended (its pid, its
+exit code or signal) and the error it recorded.
+
+Everything is imported here, never later: the worker's feeder thread must not import (the fork
+rule), and this module is imported only with torch (``torch._utils`` is loaded by then).
 """
 import functools
+import inspect
+import pickle
+from multiprocessing.reduction import ForkingPickler
 
+from torch._utils import ExceptionWrapper
+
+from mpcompat.diagnose.notes import PREFIX, add_note, own_message
+from mpcompat.diagnose.walker import explain_parts
 from mpcompat.patches import Skip
 from mpcompat.patching.patcher import Patcher
+from mpcompat.workers import child_failures, started
+from mpcompat.workers.exits import dead_lines, describe_exit
 
 WORKER = "torch.utils.data._utils.worker"
 LOADER = "torch.utils.data.dataloader"
@@ -41,7 +54,6 @@ def _make_worker_loop(original):
     @functools.wraps(original)
     def _worker_loop(*args, **kwargs):
         try:
-            import inspect
             bound = inspect.signature(original).bind(*args, **kwargs).arguments
             queue = bound.get("data_queue")
             if hasattr(type(queue), "_on_queue_feeder_error") and hasattr(queue, "put"):
@@ -49,7 +61,6 @@ def _make_worker_loop(original):
                 # attribute set before it is what the feeder thread calls.
                 queue._on_queue_feeder_error = functools.partial(
                     _feeder_error, queue, bound.get("worker_id"))
-            from mpcompat.workers import started
             started.run()
         except Exception:  # never keep a worker from running
             pass
@@ -72,9 +83,6 @@ def _feeder_error(queue, worker_id, exc, obj):
 
 def _error_for(exc, idx, data, worker_id):
     """An ExceptionWrapper that torch's reraise() turns into the error, with the report."""
-    from multiprocessing.reduction import ForkingPickler
-    from torch._utils import ExceptionWrapper
-    from mpcompat.diagnose.notes import add_note, own_message
     where = "in DataLoader worker process %s" % worker_id
     if isinstance(data, ExceptionWrapper):  # an error whose class cannot be pickled
         text = ("mpcompat: the worker's error, %s, could not be sent to the main process "
@@ -95,7 +103,6 @@ def _error_for(exc, idx, data, worker_id):
 
 def _carrier(exc):
     """A new exception of ``exc``'s type with its own message (mpcompat's notes left out)."""
-    from mpcompat.diagnose.notes import own_message
     message = own_message(exc)
     try:
         carrier = type(exc)(message)
@@ -103,13 +110,10 @@ def _carrier(exc):
             return carrier
     except Exception:
         pass
-    import pickle
     return pickle.PicklingError("%s: %s" % (type(exc).__name__, message))
 
 
 def _report(exc, idx, data, worker_id, pickler):
-    from mpcompat.diagnose.notes import PREFIX, own_message
-    from mpcompat.diagnose.walker import explain_parts
     header = ("DataLoader worker process %s could not send batch %d of this epoch (counting "
               "from 0) to the main process: pickling it failed, and without mpcompat the main "
               "process would wait for it forever. Everything __getitem__ (and collate_fn) "
@@ -130,7 +134,9 @@ def _report(exc, idx, data, worker_id, pickler):
 # --- in the main process ----------------------------------------------------------------------
 
 def _try_get_data_wrapper(wrapped, instance, args, kwargs):
-    """Call ``_try_get_data``; its "exited unexpectedly" error gains the dead workers' causes."""
+    """Call ``_try_get_data``; its "exited unexpectedly" error gains how each dead worker ended
+    (torch's own message may say neither its exit code nor its signal) and their recorded
+    errors."""
     try:
         return wrapped(*args, **kwargs)
     except RuntimeError as exc:
@@ -138,14 +144,12 @@ def _try_get_data_wrapper(wrapped, instance, args, kwargs):
             dead = [w for w in list(getattr(instance, "_workers", ())) if w.exitcode]
             if dead and not exc.__dict__.get(_NOTED):
                 exc.__dict__[_NOTED] = True
-                from mpcompat.diagnose.notes import PREFIX, add_note
-                from mpcompat.workers import child_failures
-                from mpcompat.workers.exits import describe_exit, exit_hint
-                signals = ["DataLoader worker process %d: %s. %s." % (
-                    w.pid, describe_exit(w.exitcode), exit_hint(w.exitcode))
-                    for w in dead if w.exitcode < 0 and exit_hint(w.exitcode)]
-                if signals:
-                    add_note(exc, PREFIX + "\n".join(signals))
+                lines = []
+                for w in dead:
+                    lines.append("DataLoader worker (pid %d) ended: %s." % (
+                        w.pid, describe_exit(w.exitcode)))
+                    lines += dead_lines(w.exitcode, None)
+                add_note(exc, PREFIX + "\n".join(lines))
                 note = child_failures.note_for([w.pid for w in dead], "DataLoader worker")
                 if note:
                     add_note(exc, note)

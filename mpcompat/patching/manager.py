@@ -6,7 +6,6 @@ load is "failed", with one warning. activate() and deactivate() arm and disarm u
 activation's lock (bookkeeping only), then apply or revert outside it: a patch disarmed while an
 import applies it is reverted by whichever of the two comes last.
 """
-import importlib
 import sys
 from _thread import start_new_thread
 
@@ -17,6 +16,14 @@ from mpcompat.patches import NotNeeded, Skip
 (WAITING, APPLIED, NOT_NEEDED, SKIPPED, DISABLED, FAILED, MISSED, INACTIVE) = (
     "waiting for import", "applied", "not needed", "skipped", "disabled", "failed",
     "not applied", "inactive")
+
+
+def _module(name):
+    """The module ``name``, imported if need be: what ``importlib.import_module`` does for an
+    absolute name, without loading ``importlib`` (0.4 ms) in processes that have no other use
+    for it."""
+    __import__(name)
+    return sys.modules[name]
 
 
 class PatchState(object):
@@ -108,7 +115,7 @@ def revert(undo):
     activation's lock: a patch's revert code may import)."""
     for st, module in undo:
         try:
-            importlib.import_module(st.spec.impl).revert(module)
+            _module(st.spec.impl).revert(module)
         except Exception as exc:
             _warn(st, "could not be reverted on %s: %s: %s" % (module.__name__,
                                                                 type(exc).__name__, exc))
@@ -126,10 +133,25 @@ def apply_imported(armed):
                 _apply(st, module)
 
 
+def preload(prefix):
+    """Import the modules of the armed patches that will apply to a module named ``prefix...``
+    not imported yet, and judge their versions: once in a forkserver, inherited by every child
+    it forks instead of done in each. Never raises (an import that fails fails again where the
+    patch applies, and is reported there)."""
+    for st in list(_states.values()):
+        try:
+            if st.armed and not st.spec.env_off() and any(
+                    t.startswith(prefix) and t not in sys.modules for t in st.spec.targets) \
+                    and _judge(st)[0] == APPLIED:
+                _module(st.spec.impl)
+        except Exception:
+            pass
+
+
 def _when_imported(st, name):
     """Apply ``st`` to module ``name`` once the import of it under way has finished."""
     try:
-        importlib.import_module(name)  # a failed import is run again: what any import would do
+        _module(name)  # a failed import is run again: what any import would do
     except Exception:
         return
     module, finished = importhook.imported(name)
@@ -190,7 +212,7 @@ def _apply(st, module):
     elif state == APPLIED:
         st.applied[module.__name__] = module
         try:
-            importlib.import_module(st.spec.impl).apply(module)
+            _module(st.spec.impl).apply(module)
         except NotNeeded as exc:
             state, reason = NOT_NEEDED, str(exc)
         except Skip as exc:

@@ -6,51 +6,74 @@ child, calls :func:`take` or :func:`note_for` and names the cause in its own err
 
 The channel is a listening Unix socket the parent opens (:func:`listen`) before its first child
 starts; spawn and forkserver children get its address in their preparation data, fork children
-inherit it. A child connects, writes one JSON record and closes; the record waits in the kernel
-until the parent reads it. On Linux the socket is abstract and a record is kept only from a
-process of this user (``SO_PEERCRED``) with the pid it names, whose parent is this process or
-its forkserver; elsewhere on Unix it is a file in a private directory removed at exit; Windows
-has no channel. Nothing runs at import.
-"""
-import os
-import sys
+inherit it. A child connects, writes one record and closes; the record waits in the kernel until
+the parent reads it. The parent reads only the children it started (:func:`started`), as the
+kernel names the sender (``SO_PEERCRED`` on Linux, ``LOCAL_PEERPID`` on macOS), closes any
+other connection unread, and never waits for a slow sender. On Linux the socket is abstract;
+elsewhere on Unix it is a file in a private directory removed at exit; Windows has no channel.
 
-__all__ = ["listen", "address", "heard_from_parent", "record", "take", "forget", "discard",
-           "note_for", "describe"]
+The parent's side runs in the helper threads of Pools and executors: all it needs is imported
+here, never in them (a fork child made meanwhile would inherit the held import lock). Nothing
+runs at import.
+"""
+import atexit
+import collections
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+
+from mpcompat.workers.exits import record_lines
+
+__all__ = ["listen", "address", "heard_from_parent", "record", "starting", "started", "take",
+           "forget", "discard", "note_for", "describe"]
 
 PREFIX = "mpcompat: "
 KEY = "mpcompat_failure_channel"  # in the preparation data of spawn and forkserver children
 _MAX_ERROR = 2000         # characters kept of the error line
 _MAX_NOTE = 8000          # characters kept of each note
+_MAX_RECORD = 200000      # bytes of a record
 _MAX_KEPT = 1000          # records read but not yet taken, newest kept
+_MAX_STARTED = 100000     # pids of the children started, newest kept
+_MAX_PENDING = 64         # connections kept unread while a start is under way
+_READ_TIME = 0.2          # seconds one read of the channel may take in all
 _MARK = "_mpcompat_recorded"
 
 
 class _Channel(object):
     """This process's listening socket (``address``: "<owner pid>:<socket address>"), the
-    records read, not yet taken (``records``: pid -> record, in arrival order); ``parent``: the
-    channel a fork child inherited; ``told``: (pid, address) a spawn or forkserver child got."""
-    owner = sock = address = directory = parent = told = None
+    records read, not yet taken (``records``: pid -> record, in arrival order), the children it
+    started (``started``: pid -> the time its start began), the connections not read to the end
+    (``pending``: connection -> [sender's pid, bytes so far]), the starts under way (``starts``:
+    the times they began);
+    ``lock``: held by the thread that reads; ``parent``: the channel a fork child inherited;
+    ``told``: (pid, address) a spawn or forkserver child got."""
+    owner = sock = address = directory = parent = told = lock = None
+
+    def __init__(self):
+        self.empty()
+
+    def empty(self):
+        """Forget the records, the children, the connections and the starts."""
+        self.records, self.started, self.pending, self.starts = \
+            {}, collections.OrderedDict(), {}, []
 
 
 _channel = _Channel()
-_channel.records = {}
 
 
 def listen():
-    """Before starting a child: open this process's channel, or read the records waiting on it.
-    Never raises."""
+    """Before starting a child: open this process's channel if it has none. Never raises."""
     try:
-        if _channel.owner == os.getpid():
-            _read()
-        else:
+        if _channel.owner != os.getpid():
             _open()
     except Exception:
         pass
 
 
 def _open():
-    import socket
     if not hasattr(socket, "AF_UNIX"):
         return
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -59,6 +82,8 @@ def _open():
         if sys.platform.startswith("linux"):
             address = "\0mpcompat-%d-%s" % (os.getpid(), os.urandom(8).hex())
         else:
+            # Runs in the thread that starts this process's first child: the user's, never a
+            # Pool's or an executor's helper thread.
             import tempfile
             directory = tempfile.mkdtemp(prefix="mpcompat-")
             address = os.path.join(directory, "failures")
@@ -69,14 +94,15 @@ def _open():
         sock.close()
         _remove_directory(directory)
         raise
-    old = _channel.sock  # the parent's, inherited by fork: not read here
+    inherited = [_channel.sock] + list(_channel.pending)  # the parent's, from a fork
     if _channel.owner is not None:
         _channel.parent = _channel.address
     _channel.owner, _channel.sock, _channel.directory = os.getpid(), sock, directory
-    _channel.records = {}
-    if old is not None:
-        old.close()
-    import atexit
+    _channel.empty()
+    _channel.lock = threading.Lock()  # one the parent may have held at the fork is not used
+    for conn in inherited:
+        if conn is not None:
+            conn.close()
     atexit.register(_close, os.getpid())
     _channel.address = "%d:%s" % (os.getpid(), address.replace("\0", "@", 1))
 
@@ -113,7 +139,7 @@ def _close(owner):
 
 def _remove_directory(directory):
     if directory:
-        import shutil
+        import shutil  # at exit, or when the channel could not open
         shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -132,28 +158,21 @@ def record(exc, what=None):
         owner, _, where = (_parent_address() or "").partition(":")
         if not where:
             return None
-        import json
-        import socket
-        import time
         from mpcompat.diagnose.notes import notes_of, own_message
         try:
             text = own_message(exc).strip()  # without the notes 3.8-3.10 append to it
         except Exception:
             text = "<unprintable>"
         error = "%s: %s" % (type(exc).__name__, text) if text else type(exc).__name__
-        payload = json.dumps({
-            "pid": os.getpid(),
-            "error": _clip(error, _MAX_ERROR),
-            "notes": [_clip(n, _MAX_NOTE) for n in notes_of(exc)][:8],
-            "what": _clip(str(what), 300) if what else None,
-            "time": time.time(),
-            "parent": os.getppid(),
-        }).encode("utf-8")
+        fields = [str(os.getpid()), repr(time.time()), _clip(str(what), 300) if what else "",
+                  _clip(error, _MAX_ERROR)] + [_clip(n, _MAX_NOTE) for n in notes_of(exc)][:8]
+        # NUL-separated fields after their size: flat, so the parent's reading cannot recurse.
+        body = "\0".join(f.replace("\0", " ") for f in fields).encode("utf-8", "backslashreplace")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(5.0)
             sock.connect(where.replace("@", "\0", 1) if where[0] == "@" else where)
-            sock.sendall(payload)
+            sock.sendall(b"%d\0" % len(body) + body)
         finally:
             sock.close()
         return int(owner)
@@ -167,6 +186,33 @@ def _clip(text, size):
 
 # --- the parent side ---------------------------------------------------------------------------
 
+def starting():
+    """Just before starting a child: until the matching :func:`started`, a connection from a
+    process not known yet is kept unread, not closed (the child may record before its start
+    returns). Returns the time it was called, for :func:`started`."""
+    since = time.time()
+    _channel.starts.append(since)
+    return since
+
+
+def started(pid, since=0.0):
+    """Just after starting child ``pid`` (None if the start failed), with what the matching
+    :func:`starting` returned: records from ``pid`` sent since then are accepted from now on (an
+    earlier child with that pid sent its own before). Never raises."""
+    try:
+        if since in _channel.starts:
+            _channel.starts.remove(since)
+        if pid is not None:
+            children = _channel.started
+            children[int(pid)] = since
+            children.move_to_end(int(pid))
+            if len(children) > _MAX_STARTED:
+                children.popitem(last=False)
+            forget(pid)
+    except Exception:
+        pass
+
+
 def take(pid):
     """In a parent: return and forget the record of child ``pid`` (a dict ``{"pid", "error",
     "notes", "what", "time"}``), or None. Never raises."""
@@ -174,9 +220,7 @@ def take(pid):
         pid = int(pid)
         _read()
         data = _channel.records.pop(pid, None)
-        return None if data is None else {
-            "pid": pid, "error": data.get("error") or "", "notes": list(data.get("notes") or ()),
-            "what": data.get("what"), "time": data.get("time")}
+        return None if data is None else dict(data, pid=pid)
     except Exception:
         return None
 
@@ -202,53 +246,114 @@ def discard(pids):
 
 
 def _read():
-    """Move the records waiting on this process's channel into ``_channel.records``."""
-    sock = _channel.sock
-    if sock is None or _channel.owner != os.getpid():
+    """Move the records that have arrived from this process's children into
+    ``_channel.records``, in at most ``_READ_TIME`` in all: a record still arriving then is
+    read by a later call. One thread reads at a time; another waits for it, within that time."""
+    channel = _channel
+    if channel.sock is None or channel.owner != os.getpid():
         return
-    parents = [os.getpid()]  # the parents a record may name: this process and its forkserver
-    forkserver = sys.modules.get("multiprocessing.forkserver")
-    server = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
-    if isinstance(server, int):
-        parents.append(server)
-    while True:
-        try:
-            conn, _ = sock.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        try:
-            data = _receive(conn)
-        finally:
-            conn.close()
-        if data is not None and data.get("parent") in parents:
-            records = _channel.records
-            records.pop(data["pid"], None)
-            records[data["pid"]] = data
-            while len(records) > _MAX_KEPT:
-                del records[next(iter(records))]
-
-
-def _receive(conn):
-    """The record a connection carries, or None if it is not a record from our children."""
-    import json
-    import socket
-    peer = None
-    if hasattr(socket, "SO_PEERCRED"):
-        import struct
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        peer, uid, _ = struct.unpack("3i", creds)
-        if uid != os.getuid():
-            return None
-    conn.settimeout(1.0)
+    deadline = time.monotonic() + _READ_TIME
+    if not channel.lock.acquire(timeout=_READ_TIME):
+        return
     try:
-        with conn.makefile("rb") as stream:
-            raw = stream.read(200001)
-        data = json.loads(raw.decode("utf-8")) if len(raw) <= 200000 else None
-    except (OSError, ValueError):
+        _accept(channel, deadline)
+        for conn in list(channel.pending):
+            if time.monotonic() >= deadline:
+                break
+            _serve(channel, conn)
+    finally:
+        channel.lock.release()
+
+
+def _accept(channel, deadline):
+    """Take the connections waiting on the socket; close at once, unread, those of strangers."""
+    while time.monotonic() < deadline:
+        try:
+            conn, _ = channel.sock.accept()
+        except OSError:  # none left (BlockingIOError), or no file descriptor left
+            return
+        pid, uid = _peer(conn)
+        if uid not in (None, os.getuid()) or _stranger(channel, pid):
+            conn.close()
+        else:
+            conn.setblocking(False)
+            channel.pending[conn] = [pid, bytearray()]
+
+
+def _peer(conn):
+    """(pid, uid) of the process at the other end of ``conn``, as the kernel tells them; None
+    for what it does not tell (then only this user can reach the channel's private directory,
+    and a record's own pid is taken on trust)."""
+    try:
+        if sys.platform.startswith("linux"):
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+            return struct.unpack("3i", creds)[:2]
+        if sys.platform == "darwin":
+            return conn.getsockopt(0, 2), None  # SOL_LOCAL, LOCAL_PEERPID (macOS 10.8+)
+    except OSError:
+        pass
+    return None, None
+
+
+def _stranger(channel, pid):
+    """Whether a connection from ``pid`` is to be closed unread: not a child this process
+    started, while no start is under way (a child can record before its start returns) or too
+    many connections wait already."""
+    return pid is not None and pid not in channel.started and (
+        not channel.starts or len(channel.pending) >= _MAX_PENDING)
+
+
+def _serve(channel, conn):
+    """Read what ``conn`` holds now; once its sender has closed it, keep the record it carries,
+    if it is one, from a child this process started."""
+    pid, data = channel.pending[conn]
+    if not _stranger(channel, pid):
+        unknown = pid is not None and pid not in channel.started  # its start has not returned
+        if unknown or not _received(conn, data):
+            return  # kept for a later read
+        record = _parse(data)
+        claimed = record.pop("pid") if record is not None else None
+        pid = claimed if pid is None else pid  # None: the kernel does not name the sender
+        if record is not None and record["time"] >= channel.started.get(pid, time.time()):
+            channel.records.pop(pid, None)
+            channel.records[pid] = record
+            while len(channel.records) > _MAX_KEPT:
+                del channel.records[next(iter(channel.records))]
+    del channel.pending[conn]
+    conn.close()
+
+
+def _received(conn, data):
+    """Add to ``data`` what ``conn`` holds, without waiting: True once the sender has closed it
+    (or it failed, or sent too much)."""
+    while len(data) <= _MAX_RECORD:
+        try:
+            chunk = conn.recv(65536)
+        except BlockingIOError:
+            return False
+        except OSError:
+            del data[:]
+            return True
+        if not chunk:
+            return True
+        data += chunk
+    return True
+
+
+def _parse(data):
+    """The record in ``data``, what a child sent (see :func:`record`), or None if it is not
+    one: a dict ``{"pid", "error", "notes", "what", "time"}``."""
+    size, _, body = bytes(data).partition(b"\0")
+    try:
+        if len(size) > 6 or int(size) != len(body):
+            return None
+        pid, when, what, error, *notes = body.decode("utf-8").split("\0")
+        if len(pid) > 10:  # int() of many digits is slow (before 3.11's limit)
+            return None
+        return {"pid": int(pid), "error": error, "notes": notes[:8], "what": what or None,
+                "time": float(when)}
+    except ValueError:  # not a number, not UTF-8, too few fields
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("pid"), int):
-        return None
-    return data if peer is None or peer == data["pid"] else None
 
 
 def note_for(pids, what):
@@ -266,7 +371,6 @@ def describe(records, what, tally=False):
     line for each child that failed the same way, or with ``tally``, their count and the whole
     error (else up to its first blank line, on one line: the bootstrapping-phase error spans
     fifteen indented lines)."""
-    from mpcompat.workers.exits import record_lines
     alike = {}
     for rec in records:
         alike.setdefault((rec["error"], tuple(rec["notes"]), rec["what"]), []).append(rec)

@@ -8,8 +8,6 @@ child interpreter.
 import multiprocessing
 import multiprocessing.connection
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -87,63 +85,9 @@ def test_a_record_from_an_earlier_child_with_the_same_pid_is_dropped_at_start():
     process = run_child("fork", h.fail_and_record, "x")
     # What Process.start does around the start of a new child that gets the same pid.
     child_failures.listen()
-    child_failures.forget(process.pid)
+    child_failures.started(process.pid, child_failures.starting())
     assert child_failures.take(process.pid) is None
     finish(process)
-
-
-FORGED = """
-import json, multiprocessing, multiprocessing.connection, os, socket, sys
-import mpcompat
-import child_failures_helpers as h
-from mpcompat.workers import child_failures
-
-def send(address, data):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(address.replace("@", "\\0", 1))
-    s.sendall(json.dumps(data).encode())
-    s.close()
-
-def grandchild(top):
-    child_failures.listen()  # this process's own channel ...
-    child_failures._channel.address = top  # ... but its fork child inherits the top one's
-    p = multiprocessing.get_context("fork").Process(target=h.fail_and_record, args=("x",))
-    p.start(); p.join()
-
-# A real child, waited for but not joined; its record is the one to take.
-real = multiprocessing.get_context("fork").Process(target=h.fail_and_record, args=("x",))
-real.start()
-multiprocessing.connection.wait([real.sentinel])
-address = child_failures.address().split(":", 1)[1]
-record = {"pid": real.pid, "error": "Forged: no", "notes": [], "what": None, "time": 0,
-          "parent": os.getpid()}
-# Another user (uid 65534) naming the real child's pid.
-pid = os.fork()
-if pid == 0:
-    os.setuid(65534)
-    send(address, record)
-    os._exit(0)
-os.waitpid(pid, 0)
-# A process of this user that names another pid than its own.
-pid = os.fork()
-if pid == 0:
-    send(address, record)
-    os._exit(0)
-os.waitpid(pid, 0)
-print("REAL", child_failures.take(real.pid)["error"], flush=True)
-# A grandchild (its parent is not this process) whose record reaches this channel.
-middle = multiprocessing.get_context("fork").Process(target=grandchild,
-                                                    args=(child_failures.address(),))
-middle.start(); middle.join()
-child_failures._read()
-print("KEPT", len(child_failures._channel.records), middle.exitcode, flush=True)
-"""
-
-
-def test_only_records_of_this_users_own_children_are_kept(tmp_path):
-    result = run_python(FORGED, env=child_env(TMPDIR=str(tmp_path)), timeout=60)
-    assert "REAL ValueError: the data is gone" in result.stdout, result.stdout + result.stderr
-    assert "KEPT 0 0" in result.stdout, result.stdout + result.stderr
 
 
 PILE = """
@@ -153,7 +97,9 @@ import child_failures_helpers as h
 from mpcompat.workers import child_failures
 
 if sys.argv[1] == "elsewhere":
-    sys.platform = "darwin"  # the socket-file channel of other Unix systems
+    # The socket-file channel of other Unix systems; the kernel names no sender here (no
+    # LOCAL_PEERPID on Linux), so a record's own pid is taken, as on a system without one.
+    sys.platform = "darwin"
 ctx = multiprocessing.get_context("fork")
 children = [ctx.Process(target=h.fail_and_record, args=("starting",)) for _ in range(100)]
 for p in children:
@@ -185,14 +131,4 @@ def test_failing_children_and_a_pool_that_recovers_leave_nothing_behind(tmp_path
     assert "ENVIRON []" in out  # the channel leaves the environment alone
     # The parent named the cause once (all hundred children failed alike).
     assert result.stderr.count("MpcompatWarning: mpcompat: Process 'ForkProcess-") == 1, \
-        result.stderr
-
-
-def test_import_costs_nothing():
-    code = ("import sys, mpcompat; before = set(sys.modules); import mpcompat.workers.child_failures; "
-            "print(sorted(set(sys.modules) - before))")
-    result = subprocess.run([sys.executable, "-c", code], env=child_env(MPCOMPAT_DISABLE="1"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            universal_newlines=True, timeout=60)
-    assert result.stdout.strip() == "['mpcompat.workers', 'mpcompat.workers.child_failures']", \
         result.stderr

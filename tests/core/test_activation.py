@@ -146,7 +146,8 @@ def test_concurrent_activate_and_deactivate(restore_mpcompat):
         warnings.simplefilter("always")
         race(threads)
     assert errors == []
-    assert not [w for w in caught if issubclass(w.category, mpcompat.MpcompatWarning)]
+    assert not [str(w.message) for w in caught
+                if issubclass(w.category, mpcompat.MpcompatWarning)]
     # the end state is one of the two consistent ones, whichever call came last
     table = dict(copyreg.dispatch_table)
     if mpcompat.is_active():

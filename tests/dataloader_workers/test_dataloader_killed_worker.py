@@ -1,35 +1,77 @@
-"""A DataLoader worker killed by a signal (the OOM killer's SIGKILL, a segfault in an
-extension) still gets torch's own error; mpcompat adds the signal by name and its likely cause,
-from the iterator's own worker processes. Runs in a child bounded by a timeout."""
+"""A DataLoader worker that dies (killed by a signal: the OOM killer's SIGKILL, a segfault in an
+extension, a SIGTERM from outside; or ``os._exit(3)``) still gets torch's own error; mpcompat
+adds the worker's pid and how it ended, the signal by name with its likely cause, read from the
+iterator's own worker processes. Torch names the exit code or signal only from its SIGCHLD
+handler, which runs in the main thread: a DataLoader iterated in another thread ("/thread")
+gets only "DataLoader worker (pid(s) N) exited unexpectedly" from torch. Runs in a child bounded
+by a timeout, num_workers=2."""
 import pytest
 
 from pool_workers_helpers import flat, run_script
 
 SCENARIO = '''\
-import sys, traceback
+import os, subprocess, sys, threading, time, traceback
 import torch
 import mpcompat
+from dataloader_helpers import EndsAtItem3
 from pool_workers_helpers import report
-from torch_workers import DyingDataset
+
+KILL = "import os, signal, sys; os.kill(int(sys.argv[1]), signal.SIGTERM)"
+
+
+def kill_from_outside(pid_file):
+    """SIGTERM the worker from another process (torch's worker exits 0 on its parent's)."""
+    while not os.path.exists(pid_file):
+        time.sleep(0.05)
+    with open(pid_file) as fh:
+        subprocess.check_call([sys.executable, "-c", KILL, fh.read()])
+
+
+def end_a_worker(method, case):
+    how, _, where = case.partition("/")
+    pid_file = "%s-%s-%s.pid" % (method, how, where)
+    if os.path.exists(pid_file):
+        os.remove(pid_file)
+    if how == "outside":
+        threading.Thread(target=kill_from_outside, args=(pid_file,), daemon=True).start()
+    loader = torch.utils.data.DataLoader(EndsAtItem3(how, pid_file), batch_size=None,
+                                         num_workers=2, multiprocessing_context=method)
+    outcome = {}
+
+    def iterate():
+        try:
+            list(loader)
+            outcome["text"] = "no error"
+        except RuntimeError as exc:
+            outcome["text"] = "".join(traceback.format_exception(type(exc), exc,
+                                                                 exc.__traceback__))
+    if where == "thread":
+        thread = threading.Thread(target=iterate)
+        thread.start()
+        thread.join()
+    else:
+        iterate()
+    with open(pid_file) as fh:
+        return dict(outcome, pid=int(fh.read()))
+
 
 if __name__ == "__main__":
-    loader = torch.utils.data.DataLoader(DyingDataset(sys.argv[2]), batch_size=None,
-                                         num_workers=2, multiprocessing_context=sys.argv[1])
-    try:
-        list(loader)
-        report({"text": "no error"})
-    except RuntimeError as exc:
-        report({"text": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))})
+    report({case: end_a_worker(sys.argv[1], case) for case in sys.argv[2:]})
 '''
+ENDS = {"SIGKILL": ("killed by signal 9 (SIGKILL)", "journalctl -k"),
+        "SIGSEGV": ("killed by signal 11 (SIGSEGV)", "PYTHONFAULTHANDLER=1"),
+        "exit3": ("exit code 3", ""), "outside": ("killed by signal 15 (SIGTERM)", "")}
 
 
-@pytest.mark.parametrize("method,signal,hint", [
-    ("fork", "SIGKILL", "journalctl -k"), ("spawn", "SIGSEGV", "PYTHONFAULTHANDLER=1")])
-def test_a_killed_worker_keeps_torchs_error_and_gains_the_cause(tmp_path, method, signal, hint):
-    data, proc = run_script(tmp_path, SCENARIO, method, signal, timeout=180)
+@pytest.mark.parametrize("method,signal", [("fork", "SIGKILL"), ("spawn", "SIGSEGV")])
+def test_a_dead_worker_keeps_torchs_error_and_gains_how_it_ended(tmp_path, method, signal):
+    cases = [signal, "exit3", "outside", "exit3/thread", "outside/thread"]
+    data, proc = run_script(tmp_path, SCENARIO, method, *cases, timeout=300)
     assert data is not None and proc.returncode == 0, proc.stderr[-3000:]
-    text = flat(data["text"])
-    assert "DataLoader worker (pid" in text  # torch's own error, as without mpcompat
-    number = {"SIGKILL": 9, "SIGSEGV": 11}[signal]
-    assert "mpcompat: DataLoader worker process " in text
-    assert ": killed by signal %d (%s). " % (number, signal) in text and hint in text, text
+    for case in cases:
+        text = flat(data[case]["text"])
+        assert "DataLoader worker (pid(s) %d) exited unexpectedly" % data[case]["pid"] in text, \
+            (case, text)  # torch's own error, as without mpcompat
+        ended, hint = ENDS[case.partition("/")[0]]
+        assert "mpcompat: DataLoader worker (pid %d) ended: %s." % (
+            data[case]["pid"], ended) in text and hint in text, (case, text)

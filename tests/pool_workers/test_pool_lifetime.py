@@ -1,6 +1,6 @@
-"""A Pool that is done leaves nothing of mpcompat's behind: its worker Process objects, queues
-and tracker are freed with it (CPython's regrtest reports kept Process objects as "dangling
-processes")."""
+"""A Pool that is done leaves nothing of mpcompat's behind: its worker Process objects, queues,
+dispatcher and channels are freed with it (CPython's regrtest reports kept Process objects as
+"dangling processes")."""
 import pytest
 
 from testenv import run_python
@@ -8,7 +8,7 @@ from testenv import run_python
 SCRIPT = """
 import gc, sys, time, multiprocessing, multiprocessing.process
 import mpcompat
-from mpcompat.patches import mp_pool_workers
+from mpcompat.workers import pool_channels
 for _ in range(3):
     with multiprocessing.get_context(sys.argv[1]).Pool(2, maxtasksperchild=1) as pool:
         pool.map(abs, range(4))
@@ -19,7 +19,7 @@ pool.terminate()
 pool.join()
 del pool, pending
 gc.collect()
-print("LEFT", len(multiprocessing.process._dangling), len(mp_pool_workers._trackers))
+print("LEFT", len(multiprocessing.process._dangling), len(pool_channels._dispatchers))
 """
 
 
