@@ -17,6 +17,13 @@ RESULT = "RESULT "
 
 # --- run in the workers ------------------------------------------------------------------------
 
+# Python 3.15 formats an exception by importing _colorize, ast and dataclasses the first time: a
+# worker forked while the main thread imports them inherits their import locks and freezes at
+# its own first traceback (a hazard of fork with threads, with or without mpcompat). Formatting
+# one here, before any Pool starts, takes those imports out of the scenarios' races.
+traceback.format_exception_only(ZeroDivisionError, ZeroDivisionError("warm-up"))
+
+
 def open_db(path):
     """An initializer that fails when ``path`` does not exist (FileNotFoundError)."""
     with open(path, "rb"):

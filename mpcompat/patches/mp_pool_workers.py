@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import types
+from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 
 from mpcompat.patches import Skip
@@ -251,7 +252,8 @@ def _hooks(original, module):
 
     def _setup_queues(self):
         original["_setup_queues"](self)
-        if hasattr(self._outqueue, "_reader"):
+        # A process pool's pipe (not a ThreadPool's queue, nor a test's mock context's)
+        if isinstance(getattr(self._outqueue, "_reader", None), Connection):
             _parent_side()
             dispatcher = pool_channels.Dispatcher(self._outqueue, _unreadable)
             dispatcher.starts = _Starts()
