@@ -9,6 +9,7 @@ on, and the later ones never started. Unix only (the parent reads its ends witho
 Every module the Pool's handler threads need here is imported above (the fork rule).
 """
 import collections
+import io
 import select
 import socket
 import struct
@@ -35,7 +36,8 @@ _ATTRIBUTE = "_mpcompat_dispatcher"  # on the Pool's result queue
 
 def dispatcher_of(outqueue):
     """The dispatcher of the Pool whose result queue is ``outqueue``, or None."""
-    return getattr(outqueue, _ATTRIBUTE, None)
+    found = getattr(outqueue, _ATTRIBUTE, None)  # a mock answers any name
+    return found if isinstance(found, Dispatcher) else None
 
 
 def close_inherited():
@@ -199,7 +201,7 @@ class Dispatcher(object):
         """``Pool._quick_put``: send ``task`` to a worker with room, or queue it, waiting while
         the queue is full (None: the end of the tasks). A task that cannot be pickled raises
         here, before anything."""
-        data = None if task is None else ForkingPickler.dumps(task)
+        data = None if task is None else _pickled(task)
         with self.lock:
             while data is not None and self.queued > SMALL:
                 if self.terminated:
@@ -360,6 +362,17 @@ class Dispatcher(object):
             self.wake[1].send(b"\0")
         except (OSError, IndexError):
             pass
+
+
+def _pickled(task):
+    """``task`` pickled (ForkingPickler.dumps), as bytes: a memoryview kept while the Pool
+    lives would make its BytesIO fail to close if both end in the same garbage cycle."""
+    data = ForkingPickler.dumps(task)
+    stream = getattr(data, "obj", None)
+    if isinstance(data, memoryview) and isinstance(stream, io.BytesIO):
+        data.release()
+        return stream.getvalue()  # the stream's own bytes: no copy
+    return bytes(data)
 
 
 def _send(sock, data):
