@@ -47,21 +47,3 @@ class ScriptablePooling(torch.nn.Module):
         runs, counts = torch.unique_consecutive(x.flatten().round(), return_counts=True)
         return plain, pooled, indices, adaptive, adaptive_indices, values, uniq, inverse, runs, counts
 
-
-class DyingDataset(torch.utils.data.Dataset):
-    """Item 3 kills the worker that loads it with the signal named ``how`` (SIGKILL, SIGSEGV)."""
-
-    def __init__(self, how):
-        self.how = how
-
-    def __len__(self):
-        return 6
-
-    def __getitem__(self, index):
-        if index == 3:
-            import os
-            import signal
-            import time
-            os.kill(os.getpid(), getattr(signal, self.how))
-            time.sleep(10)
-        return index
