@@ -7,6 +7,7 @@ one offender among 30,000 entries costs a few pickles of the whole.
 import collections
 import copyreg
 import functools
+import gc
 import io
 import pickle
 import sys
@@ -263,11 +264,18 @@ class _Walker(object):
 
     def probe(self, obj):
         """Pickle ``obj``; return the exception, or None when it pickles."""
+        # Python 3.8 aborts ("Cannot recover from stack overflow") when code that a garbage
+        # collection runs (finalizers, gc.callbacks) recurses right after a RecursionError.
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             data = self.dumps(obj)
         except Exception as exc:
             # Its traceback holds this frame, which holds the walker, which keeps exc: a cycle.
             return exc.with_traceback(None)
+        finally:
+            if collecting:
+                gc.enable()
         raw = bytes(data) if self.check_main or self.guarded else b""
         if b"__main__" not in raw:
             return None

@@ -191,6 +191,33 @@ def test_recursing_getattr_does_not_break_the_walk():
     assert "BrokenProxy" in problem.hint or "Proxy.__getattr__ calls itself" in problem.hint
 
 
+def test_recursing_object_with_collector_callbacks_does_not_abort_the_interpreter():
+    # On Python 3.8, code run by a garbage collection just after a RecursionError (a finalizer,
+    # a gc callback) that recurses again aborts the interpreter: CI lost a whole run to it.
+    from testenv import run_python
+    code = "\n".join([
+        "import gc, sys",
+        "sys.path.insert(0, 'tests')",
+        "import mpcompat, diagnose_workers as w",
+        "def deep(n):",
+        "    return 0 if n == 0 else deep(n - 1) + 1",
+        "def during_collection(phase, info):",
+        "    try:",
+        "        deep(60)",
+        "    except RecursionError:",
+        "        pass",
+        "gc.callbacks.append(during_collection)",
+        "for _ in range(30):",
+        "    broken = w.BrokenProxy(None)",
+        "    del broken._target",
+        "    problem, = mpcompat.explain({'model': broken}).problems",
+        "print(problem.path, problem.error.split(':')[0])",
+    ])
+    result = run_python(code, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["obj['model']", "RecursionError"]
+
+
 def test_main_module_objects_when_children_cannot_import_main(tmp_path):
     from testenv import run_python
     code = "\n".join([
