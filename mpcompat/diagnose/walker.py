@@ -117,6 +117,19 @@ def explain_parts(parts, name="obj", limit=DEFAULT_LIMIT, protocol=None, pickler
     references to ``__main__`` are problems; None: when children cannot import ``__main__``, else
     only references to what the main script defines under its main guard. whole: the object the
     parts come from, reported as ``name`` if no part is found at fault."""
+    # The walk makes objects whose reductions recurse hit the recursion limit. A garbage
+    # collection then (gc.callbacks, finalizers) whose code recurses again aborts the
+    # interpreter ("Cannot recover from stack overflow"): collections wait until the walk is over.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _explain_parts(parts, name, limit, protocol, pickler, error, check_main, whole)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _explain_parts(parts, name, limit, protocol, pickler, error, check_main, whole):
     protocol = pickle.DEFAULT_PROTOCOL if protocol is None else protocol
     guarded = ()
     if check_main is None:
@@ -264,18 +277,11 @@ class _Walker(object):
 
     def probe(self, obj):
         """Pickle ``obj``; return the exception, or None when it pickles."""
-        # Python 3.8 aborts ("Cannot recover from stack overflow") when code that a garbage
-        # collection runs (finalizers, gc.callbacks) recurses right after a RecursionError.
-        collecting = gc.isenabled()
-        gc.disable()
         try:
             data = self.dumps(obj)
         except Exception as exc:
             # Its traceback holds this frame, which holds the walker, which keeps exc: a cycle.
             return exc.with_traceback(None)
-        finally:
-            if collecting:
-                gc.enable()
         raw = bytes(data) if self.check_main or self.guarded else b""
         if b"__main__" not in raw:
             return None
