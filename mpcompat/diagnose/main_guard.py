@@ -2,27 +2,23 @@
 
 A spawn or forkserver child imports the main script again, as ``__mp_main__``, without running
 that block: a class defined there pickles in the parent (as ``__main__.X``) and every child fails
-with "Can't get attribute 'X' on <module '__mp_main__' ...>". The script's source is read with
-:mod:`ast` (only when asked, once per file version) to tell where such a name is bound.
+with "Can't get attribute 'X' on <module '__mp_main__' ...>". The script's source is read
+(``mpcompat.diagnose.main_source``, only when asked) to tell where such a name is bound.
 """
-import ast
-import collections
 import os
 import pickle
 import re
 import sys
 
-__all__ = ["Binding", "Analysis", "analyze", "main_file", "main_unimportable", "guarded",
+__all__ = ["analyze", "main_file", "main_unimportable", "guarded",
            "guarded_definitions", "advice", "explain_missing", "explain_missing_attribute"]
 
-_cache = {}  # path -> ((mtime_ns, size), Analysis or None); a race only parses a file twice
-_DEFINITIONS = ("class", "function")
 # 3.8-3.13: "Can't get attribute 'X' on <module '__mp_main__' from '/path/script.py'>";
 # newer: "module '__mp_main__' has no attribute 'X'".
+# (Compiled at first use, by re's cache: this module loads with every Pool.)
 _MISSING = (
-    re.compile(r"Can't get attribute '([^']+)' on <module '(?:__mp_main__|__main__)'"
-               r"(?: from '([^']*)')?"),
-    re.compile(r"module '(?:__mp_main__|__main__)' has no attribute '([^']+)'"),
+    r"Can't get attribute '([^']+)' on <module '(?:__mp_main__|__main__)'(?: from '([^']*)')?",
+    r"module '(?:__mp_main__|__main__)' has no attribute '([^']+)'",
 )
 
 
@@ -41,58 +37,11 @@ def missing_message(name, module="__mp_main__"):
     return "AttributeError: Can't get attribute %r on <module %r>" % (name, module)
 
 
-Binding = collections.namedtuple("Binding", "name line kind guard_line")
-Binding.__doc__ = """Where a module-level name is bound: ``line``, ``kind`` ("class", "function"
-or "name") and, inside a main guard, ``guard_line`` (the line of its ``if``), else None."""
-
-
-class Analysis(object):
-    """The module-level names of one file: ``outside`` and ``inside`` (``{name: Binding}``, the
-    first binding where children run the code, and in a main guard), ``guards`` (the lines of
-    the guards' ``if``) and ``spans`` (``(first, last)`` lines that run only in the main process).
-    """
-
-    __slots__ = ("outside", "inside", "guards", "spans")
-
-    def __init__(self):
-        self.outside, self.inside, self.guards, self.spans = {}, {}, [], []
-
-    def guards_line(self, line):
-        """Whether ``line`` runs only in the main process (inside a main guard)."""
-        return any(first <= line <= last for first, last in self.spans)
-
-    def only_inside(self, name):
-        """The Binding of ``name`` if it is bound in a main guard and nowhere else, or None."""
-        return self.inside.get(name) if name not in self.outside else None
-
-    def definitions(self):
-        """``{name: Binding}`` of the classes and functions defined only in a main guard."""
-        return {name: b for name, b in self.inside.items()
-                if b.kind in _DEFINITIONS and name not in self.outside}
-
-
 def analyze(path):
-    """The :class:`Analysis` of the Python file ``path`` (cached per file, modification time and
-    size), or None if it cannot be read."""
-    try:
-        st = os.stat(path)
-    except (OSError, TypeError, ValueError):
-        return None
-    key = (st.st_mtime_ns, st.st_size)
-    hit = _cache.get(path)
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    import tokenize
-    result = Analysis()
-    try:
-        with tokenize.open(path) as fh:
-            _scan(ast.parse(fh.read(), path).body, None, result)
-    except Exception:  # unreadable, not Python, a syntax error: nothing is known
-        result = None
-    if len(_cache) > 64:
-        _cache.clear()
-    _cache[path] = (key, result)
-    return result
+    """The :class:`~mpcompat.diagnose.main_source.Analysis` of the Python file ``path`` (cached
+    per file, modification time and size), or None if it cannot be read."""
+    from mpcompat.diagnose.main_source import analyze as analyze_source
+    return analyze_source(path)
 
 
 def _skipped(spec_name):
@@ -211,7 +160,7 @@ def explain_missing_attribute(exc):
     if not isinstance(exc, AttributeError):
         return None
     text = str(exc).split("\n", 1)[0]
-    match = _MISSING[0].search(text) or _MISSING[1].search(text)
+    match = re.search(_MISSING[0], text) or re.search(_MISSING[1], text)
     if match is None:
         return None
     name = match.group(1)
@@ -230,79 +179,3 @@ def no_main_file_advice(qualname):
             "child fails with \"%s\". Move it into a module (a .py file next to the script or "
             "notebook) and import it from there."
             % (qualname, missing_message(qualname.split(".")[0], "__main__")))
-
-
-# --- the analysis ------------------------------------------------------------------------------
-
-def _guard(test):
-    """1 for ``__name__ == "__main__"``, -1 for ``__name__ != "__main__"``, else 0."""
-    if not isinstance(test, ast.Compare) or len(test.ops) != 1:
-        return 0
-    sides = (test.left, test.comparators[0])
-    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
-    consts = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
-    if len(names) != 1 or len(consts) != 1:
-        return 0
-    if isinstance(test.ops[0], (ast.Eq, ast.Is)):
-        return 1
-    return -1 if isinstance(test.ops[0], (ast.NotEq, ast.IsNot)) else 0
-
-
-def _scan(body, guard_line, analysis):
-    for stmt in body:
-        if isinstance(stmt, ast.If):
-            sense = _guard(stmt.test) if guard_line is None else 0
-            _scan(stmt.body, stmt.lineno if sense == 1 else guard_line, analysis)
-            _scan(stmt.orelse, stmt.lineno if sense == -1 else guard_line, analysis)
-            if sense:
-                analysis.guards.append(stmt.lineno)
-                guarded_body = stmt.body if sense == 1 else stmt.orelse
-                if guarded_body:
-                    analysis.spans.append((guarded_body[0].lineno, guarded_body[-1].end_lineno))
-            continue
-        for name, kind in _bound(stmt):
-            _bind(analysis, name, kind, stmt.lineno, guard_line)
-        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            for field in ("body", "orelse", "finalbody"):
-                _scan(getattr(stmt, field, None) or (), guard_line, analysis)
-        for handler in getattr(stmt, "handlers", None) or ():
-            if handler.name:
-                _bind(analysis, handler.name, "name", handler.lineno, guard_line)
-            _scan(handler.body, guard_line, analysis)
-        for case in getattr(stmt, "cases", None) or ():  # match (3.10+)
-            _scan(case.body, guard_line, analysis)
-
-
-def _bind(analysis, name, kind, line, guard_line):
-    table = analysis.inside if guard_line is not None else analysis.outside
-    table.setdefault(name, Binding(name, line, kind, guard_line))  # the first binding counts
-
-
-def _bound(stmt):
-    """The ``(name, kind)`` pairs a module-level statement binds."""
-    if isinstance(stmt, ast.ClassDef):
-        return [(stmt.name, "class")]
-    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return [(stmt.name, "function")]
-    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-        return [((a.asname or a.name.split(".")[0]), "name") for a in stmt.names
-                if a.name != "*"]
-    targets = []
-    if isinstance(stmt, ast.Assign):
-        targets = list(stmt.targets)
-    elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign)):
-        targets = [stmt.target] if getattr(stmt, "value", True) is not None else []
-    elif isinstance(stmt, (ast.For, ast.AsyncFor)):
-        targets = [stmt.target]
-    elif isinstance(stmt, (ast.With, ast.AsyncWith)):
-        targets = [item.optional_vars for item in stmt.items if item.optional_vars is not None]
-    names = []
-    while targets:
-        node = targets.pop()
-        if isinstance(node, ast.Name):
-            names.append((node.id, "name"))
-        elif isinstance(node, (ast.Tuple, ast.List)):
-            targets.extend(node.elts)
-        elif isinstance(node, ast.Starred):
-            targets.append(node.value)
-    return names

@@ -11,6 +11,7 @@ import gc
 import io
 import pickle
 import sys
+import textwrap  # here, not where a Pool's task handler formats a report (the fork rule)
 import types
 
 from mpcompat.diagnose.main_guard import (MainReference, guarded_definitions, main_reference,
@@ -181,7 +182,6 @@ def _flat_index(flat, shape):
 
 def _wrap(text, width):
     """Wrap prose lines of a hint; indented lines (code) stay as they are."""
-    import textwrap
     lines = []
     for line in text.splitlines():
         if line[:1].isspace() or not line:

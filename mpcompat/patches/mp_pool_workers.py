@@ -14,6 +14,8 @@ meanwhile would inherit the import lock held): every module they need is importe
 the Pool is made (:func:`_parent_side`).
 """
 import functools
+import io
+import pickle
 import sys
 import threading
 import time
@@ -128,7 +130,6 @@ def _parent_side():
     """Import what the Pool's handler threads need below: called as a Pool is made, in the
     user's thread, before the Pool's threads start (the fork rule); not when the patch applies,
     since every spawn worker applies it as it starts, and needs none of it."""
-    import pickletools  # noqa: F401
     import mpcompat.diagnose.notes  # noqa: F401
     import mpcompat.errors  # noqa: F401
 
@@ -228,20 +229,39 @@ def _unreadable(data, exc):
 
 def _classes(data):
     """The classes a pickle names, but multiprocessing's own: ``["__main__.WeirdError"]``."""
-    import pickletools  # imported already (_parent_side)
-    names, strings = [], []
+    reader = _ClassNames(io.BytesIO(data))
     try:
-        for op, arg, _ in pickletools.genops(data):
-            if isinstance(arg, str):
-                strings.append(arg)
-            if op.name == "STACK_GLOBAL" and len(strings) >= 2:
-                names.append("%s.%s" % (strings[-2], strings[-1]))
-            elif op.name == "GLOBAL":
-                names.append(arg.replace(" ", "."))
+        reader.load()
     except Exception:
         pass
-    return [n for n in dict.fromkeys(names) if not n.startswith(("multiprocessing.",
-                                                                  "builtins."))]
+    return [n for n in dict.fromkeys(reader.names) if not n.startswith(("multiprocessing.",
+                                                                        "builtins."))]
+
+
+class _ClassNames(pickle.Unpickler):
+    """Reads a pickle through, noting the classes and functions it names, and calling none of
+    them (each is :class:`_Inert`)."""
+
+    def __init__(self, file):
+        super(_ClassNames, self).__init__(file)
+        self.names = []
+
+    def find_class(self, module, name):
+        self.names.append("%s.%s" % (module, name))
+        return _Inert
+
+
+class _Inert(object):
+    """Stands for every class and function a :class:`_ClassNames` meets: takes any arguments,
+    state, items."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def _take(self, *args):
+        pass
+
+    __setstate__ = __setitem__ = append = extend = add = _take
 
 
 # --- the hooks ----------------------------------------------------------------------------------

@@ -288,6 +288,7 @@ if __name__ == "__main__":
     data = {"lost": outcome(lambda: pool.apply_async(die, ("SIGKILL",)).get(30)),
             "exit": outcome(lambda: pool.apply_async(sys_exit, (3,)).get(30)),
             "unpicklable": outcome(lambda: pool.apply_async(result_with_lock, (1,)).get(30)),
+            "task": outcome(lambda: pool.apply_async(double, (threading.Lock(),)).get(30)),
             "unreadable": outcome(lambda: pool.apply_async(raise_weird, (1,)).get(30))}
     pool.terminate()
     pool = ctx.Pool(2, initializer=open_db, initargs=(sys.argv[2],))
@@ -302,11 +303,14 @@ if __name__ == "__main__":
 def test_the_pools_threads_import_nothing(method, tmp_path):
     """The fork rule: an import event in a Pool's handler thread (a first import) is recorded
     while each of mpcompat's handler paths runs: lost task, a worker's own error, unpicklable
-    and unreadable results, a broken pool, terminate."""
+    and unreadable results, a task that cannot be pickled (the explainer), a broken pool,
+    terminate."""
     data, proc = run_script(tmp_path, NO_IMPORTS, method, str(tmp_path / "missing.db"),
                             timeout=180)
     assert data is not None and proc.returncode == 0, proc.stderr[-3000:]
-    assert [data[k]["type"] for k in ("lost", "exit", "unpicklable", "unreadable", "broken")] \
-        == ["WorkerLostError", "WorkerLostError", "MaybeEncodingError", "TypeError",
+    assert [data[k]["type"] for k in ("lost", "exit", "unpicklable", "task", "unreadable",
+                                      "broken")] \
+        == ["WorkerLostError", "WorkerLostError", "MaybeEncodingError", "TypeError", "TypeError",
             "BrokenPool"], data
+    assert "  args[0]  (_thread.lock object)" in data["task"]["text"]  # the explainer ran
     assert data["imports"] == []
