@@ -210,3 +210,33 @@ def backoff_holds(found, seconds=1.0):
             return False
         previous = waited
     return True
+
+
+_WORKER_STACK = re.compile(r"^mpcompat: worker pid (\d+) \(([^\n]*)\), most recent call last:$",
+                           re.M)
+_SAME_STACK = re.compile(r"^mpcompat: worker pid (\d+) \((.*)\): the same stack as worker pid "
+                         r"(\d+) ", re.M)
+
+
+def stuck_workers(section, label, path, line):
+    """The pids of the workers whose label starts with ``label`` (e.g. "Pool worker") that a
+    dump section shows stuck on ``path``, line ``line``: with their own stack, or as "the same
+    stack as" a worker shown so."""
+    stuck = set()
+    for match in _WORKER_STACK.finditer(section):
+        end = section.find("\nmpcompat: ", match.end())
+        stack = section[match.end():end if end >= 0 else len(section)]
+        if match.group(2).startswith(label) and \
+                'File "%s", line %d, in ' % (path, line) in stack:
+            stuck.add(int(match.group(1)))
+    for match in _SAME_STACK.finditer(section):
+        if match.group(2).startswith(label) and int(match.group(3)) in stuck:
+            stuck.add(int(match.group(1)))
+    return stuck
+
+
+def repeat_says_what_changed(section, number):
+    """Whether dump ``number`` (a repeat) says what changed since the previous, or that
+    nothing did."""
+    return ("mpcompat: nothing changed since hang dump %d: the same stacks" % (number - 1)
+            in section) or ("mpcompat: changed since hang dump %d: " % (number - 1) in section)

@@ -77,13 +77,19 @@ def run_scenario(name, mode, timeout=None):
         except OSError:
             pass
         output, _ = proc.communicate()
-        return False, "FAILED timed out after %g s (a worker hung)" % timeout, output or ""
+        stuck = getattr(importlib.import_module(name), "STUCK", None) or "a worker hung"
+        return False, "FAILED timed out after %g s (%s)" % (timeout, stuck), output or ""
     lines = [l for l in output.splitlines() if l.startswith(RESULT_PREFIX)]
     if not lines:
         tail = [l for l in output.strip().splitlines() if l.strip()][-1:] or ["no output"]
         return False, "FAILED exit code %d: %s" % (proc.returncode, tail[0]), output
     summary = lines[-1][len(RESULT_PREFIX):]
     return summary.startswith("OK"), summary, output
+
+
+def _clock(seconds):
+    """``seconds`` as m:ss."""
+    return "%d:%02d" % divmod(int(seconds), 60)
 
 
 def add_arguments(parser):
@@ -122,7 +128,8 @@ def main(args):
         print("mpcompat demo: %s" % exc, file=sys.stderr)
         return 2
     ran = fixed = skipped = 0
-    for number, name in chosen:
+    began = time.time()
+    for done, (number, name) in enumerate(chosen):
         module, absent = sys.modules[name], missing(name)
         if args.list:
             needs = ", ".join(module.NEEDS) or "the standard library only"
@@ -130,7 +137,10 @@ def main(args):
                 number, module.TITLE, name.split(".scenario_", 1)[1], needs,
                 "; not installed: " + ", ".join(absent) if absent else ""))
             continue
-        print("[%d] %s" % (number, module.TITLE), flush=True)
+        # Progress, one line per scenario (a pipe gets it as it comes: flushed, no bar).
+        print("[%d] %s  (scenario %d of %d, %s so far)" % (
+            number, module.TITLE, done + 1, len(chosen), _clock(time.time() - began)),
+            flush=True)
         if absent:
             skipped += 1
             print("    skipped (needs %s)" % ", ".join(absent), flush=True)
@@ -146,7 +156,7 @@ def main(args):
             fixed += mode == "with" and ok
     if args.list:
         return 0
-    print("\n%d of %d scenarios work with mpcompat%s" % (
+    print("\n%d of %d scenarios work with mpcompat%s (%s in all)" % (
         fixed, ran, "; %d skipped: their libraries are not installed" % skipped if skipped
-        else ""))
+        else "", _clock(time.time() - began)))
     return 0 if fixed == ran else 1

@@ -10,6 +10,8 @@ TITLE = "Pool(initializer=open_db) where the database file does not exist"
 ORDER = 45
 NEEDS = ()
 TIMEOUT = 15
+# What a timeout without mpcompat means here (the demo's words for it).
+STUCK = "the Pool kept restarting workers that die in its initializer"
 
 _connection = None
 

@@ -5,11 +5,12 @@ after an error was raised; it keeps its type and gains a note. Paths start from 
 passed: a Process's ``target``, ``args[i]``, ``kwargs[key]``; a DataLoader worker's ``dataset``
 and ``collate_fn``; a task's function and arguments; the ``result`` a worker sends back.
 """
+import os
 import sys
 import threading
 
-__all__ = ["add_note", "replace_notes", "own_message", "notes_of", "explanation_of",
-           "pickling_failed", "bootstrap_failed"]
+__all__ = ["add_note", "own_message", "notes_of", "explanation_of",
+           "pickling_failed", "bootstrap_failed", "one_line", "told_parent", "cannot_pass"]
 
 PREFIX = "mpcompat: "
 _MARK = "_mpcompat_noted"
@@ -57,17 +58,6 @@ def add_note(exc, text):
         exc.args = ((args[0] + "\n" if args else "") + text,)
 
 
-def replace_notes(exc, text):
-    """Remove the notes mpcompat added to ``exc`` (from its message too, on 3.8-3.10), then add
-    ``text`` as its only mpcompat note."""
-    mine = notes_of(exc)
-    if mine:
-        if sys.version_info < (3, 11) and len(exc.args) == 1 and isinstance(exc.args[0], str):
-            exc.args = (own_message(exc),)
-        exc.__notes__ = [n for n in exc.__notes__ if n not in mine]
-    add_note(exc, text)
-
-
 def own_message(exc):
     """``str(exc)`` without its notes (on 3.8-3.10 :func:`add_note` appends them to it)."""
     text = str(exc)
@@ -81,6 +71,40 @@ def notes_of(exc):
     """Return the notes mpcompat added to ``exc`` (a list of strings, maybe empty)."""
     return [n for n in (getattr(exc, "__notes__", None) or ())
             if isinstance(n, str) and n.startswith(PREFIX)]
+
+
+def one_line(exc):
+    """``exc`` on one line: its type, the first paragraph of its own message, and the first
+    sentence of its first mpcompat note (the cause, where mpcompat knows it)."""
+    text = " ".join(own_message(exc).strip().split("\n\n", 1)[0].split())
+    line = "%s: %s" % (type(exc).__name__, text) if text else type(exc).__name__
+    notes = notes_of(exc)
+    if notes:
+        cause = notes[0][len(PREFIX):].strip().split("\n", 1)[0].split(". ", 1)[0]
+        line += " (%s)" % cause.rstrip(".:")
+    return line
+
+
+def told_parent(exc, parent, where=None):
+    """The one line a child whose parent (pid ``parent``) has its start-up error ``exc`` prints
+    instead of a traceback (``where``: the line that raised, if any)."""
+    at = " at %s" % where if where else ""
+    return "%sthis process (pid %d) failed while starting: %s%s; its parent process (pid %d) " \
+           "reports it once\n" % (PREFIX, os.getpid(), one_line(exc), at, parent)
+
+
+# CPython's texts of the start-up errors that starting another worker cannot fix.
+_CANNOT_PASS = ("finished its bootstrapping phase", "on <module '__main__'",
+                "on <module '__mp_main__'", "module '__main__' has no attribute",
+                "module '__mp_main__' has no attribute")
+
+
+def cannot_pass(record):
+    """Whether the start-up error of ``record`` (``mpcompat.workers.child_failures``) fails
+    every new worker alike: the main-guard error, a name missing in the main module."""
+    error = record.get("error") or ""
+    return error.startswith(("RuntimeError", "AttributeError")) and any(
+        text in error for text in _CANNOT_PASS)
 
 
 def explanation_of(exc):
@@ -324,7 +348,6 @@ def bootstrap_failed(exc):
 
 def _bootstrap_note():
     import linecache
-    import os
     import textwrap
     # A frame read: the script's line that starts the process is in no state of multiprocessing.
     frames, outside, frame = {"__main__": [], "__mp_main__": []}, None, sys._getframe(1)
@@ -344,7 +367,8 @@ def _bootstrap_note():
     filename, line = top.f_code.co_filename, top.f_lineno
     source = linecache.getline(filename, line).strip() or "..."
     lines = [PREFIX + "%s, line %d starts a new process while this process is still importing "
-             "the main module to start up:" % (filename, line),
+             "the main module to start up: put it under `if __name__ == \"__main__\":`"
+             % (filename, line),
              "", "    %d | %s" % (line, source)]
     if main_frames and main_frames[0] is not top:
         inner = main_frames[0]

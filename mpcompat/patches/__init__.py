@@ -82,6 +82,25 @@ PATCHES = (
               supported=TORCH_TESTED, impl=IMPL + "torch_spawn_errors",
               summary="torch.multiprocessing.spawn: a child that dies starting up is named with "
                       "its cause"),
+    PatchSpec("torch.worker_temp_dir", targets=("torch.utils.data.dataloader",),
+              distributions=TORCH, supported=TORCH_TESTED, impl=IMPL + "torch_worker_temp_dir",
+              summary="DataLoader workers keep their temporary files in the parent's temporary "
+                      "directory: a killed worker leaves nothing behind"),
+    PatchSpec("torch.elastic_errors", targets=("sys",), distributions=(), supported=PYTHON_TESTED,
+              needs_env="TORCHELASTIC_ERROR_FILE", impl=IMPL + "torch_elastic_errors",
+              summary="a torchrun rank that dies of an uncaught exception writes torch's error "
+                      "file (what @record writes), mpcompat's cause included"),
+    PatchSpec("torch.elastic_failures",
+              targets=("torch.distributed.elastic.multiprocessing.errors",), distributions=TORCH,
+              supported=TORCH_TESTED, impl=IMPL + "torch_elastic_failures",
+              summary="torchrun's failure summary names a rank that died without an error file "
+                      "with its measured cause"),
+    PatchSpec("torch.collective_watch",
+              targets=("torch.distributed.distributed_c10d", "torch.distributed"),
+              distributions=TORCH, supported=TORCH_TESTED, needs_env="MPCOMPAT_HANG_DUMP",
+              impl=IMPL + "torch_collective_watch",
+              summary="with MPCOMPAT_HANG_DUMP=SECONDS, a collective waited in for too long "
+                      "names the ranks that are not in it, with their stacks (any node)"),
     PatchSpec("nuscenes.detection_config", targets=("nuscenes.eval.detection.data_classes",),
               distributions=("nuscenes-devkit",), supported=">=1.1,<1.3",
               impl=IMPL + "nuscenes_detection_config",
@@ -108,6 +127,11 @@ PATCHES = (
               distributions=(), supported=PYTHON_TESTED, impl=IMPL + "mp_failure_records",
               summary="a child's start-up error reaches its parent (a socket the parent owns); "
                       "a plain Process's is named once in the parent"),
+    PatchSpec("multiprocessing.exit_evidence",
+              targets=("multiprocessing.popen_fork", "multiprocessing.popen_forkserver"),
+              distributions=(), supported=PYTHON_TESTED, impl=IMPL + "mp_exit_evidence",
+              summary="a dead child's end is measured: OOM kill counters as it starts, its peak "
+                      "memory (os.wait4) as it is reaped"),
     PatchSpec("multiprocessing.pool_workers", targets=("multiprocessing.pool",), distributions=(),
               supported=PYTHON_TESTED, impl=IMPL + "mp_pool_workers",
               summary="a Pool whose workers die starting up fails fast with their error; "

@@ -16,6 +16,7 @@ from mpcompat.patching.patcher import Patcher
 from mpcompat.patches import NotNeeded
 from mpcompat.workers import child_failures
 from mpcompat.workers.exits import dead_lines, describe_exit
+from mpcompat.workers.user_frames import drop_own_frames
 
 patcher = Patcher()
 INITIALIZING = "running its initializer"
@@ -37,12 +38,12 @@ def describe_dead(processes):
             continue
         record = child_failures.take(pid)
         # A worker whose initializer raised returns: its error says why, "exit code 0" does not.
-        how = ": " + describe_exit(code) if code or not record else ""
+        how = ": " + describe_exit(code, pid) if code or not record else ""
         lines.append("ProcessPoolExecutor worker process %d ended%s." % (pid, how))
         if code == 0 and not record:
             lines.append("A worker ends so when its initializer raised (the traceback is on its "
                          "stderr) or a task called os._exit(0).")
-        lines += dead_lines(code, record)
+        lines += dead_lines(code, record, pid=pid)
     return child_failures.PREFIX + "\n".join(lines) if lines else None
 
 
@@ -120,6 +121,7 @@ def _recording_worker(original):
                 from mpcompat.diagnose.notes import note_missing_attribute
                 note_missing_attribute(exc)
             child_failures.record(exc, what=calls.what)
+            drop_own_frames(exc)  # the worker's traceback: no frame of this wrapper
             raise
     return _process_worker
 

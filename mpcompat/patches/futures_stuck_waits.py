@@ -14,6 +14,7 @@ import sys
 from mpcompat.patches import Skip
 from mpcompat.patching.patcher import Patcher
 from mpcompat.workers import hang_watch
+from mpcompat.workers.user_frames import drop_own_frames
 
 NAME = "concurrent_futures.stuck_waits"
 patcher = Patcher()
@@ -42,10 +43,14 @@ _NEXT = hang_watch.kind(lambda state: "the next future from concurrent.futures.a
 def _wrap_wait(original, module):
     @functools.wraps(original)
     def wait(fs, timeout=None, return_when=module.ALL_COMPLETED):
-        if hang_watch.short(timeout):
-            return original(fs, timeout, return_when)
-        return hang_watch.call_watched((fs, return_when), _WAIT, original, fs, timeout,
-                                       return_when)
+        try:
+            if hang_watch.short(timeout):
+                return original(fs, timeout, return_when)
+            return hang_watch.call_watched((fs, return_when), _WAIT, original, fs, timeout,
+                                           return_when)
+        except BaseException as exc:
+            drop_own_frames(exc)
+            raise
     return wait
 
 

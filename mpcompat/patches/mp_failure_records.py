@@ -8,6 +8,10 @@ to its parent (``mpcompat.workers.child_failures``), and the parent's word on a 
 - ``spawn.get_preparation_data`` sends its address to a spawn or forkserver child, whose
   ``spawn.prepare`` takes it before the main module is imported; ``prepare`` and that import
   also name the step a record names (:func:`step`).
+- ``BaseProcess._bootstrap``, which runs in every child as it starts, points ``faulthandler``
+  at a file its parent reads when the child crashes (``mpcompat.workers.crash_stacks``); the
+  start names the crash file's path in the child; ``join`` and ``is_alive`` (a terminated
+  Pool's workers are not all joined) remove a file no crash wrote.
 - ``BaseProcess.join``: a plain ``Process`` (not a worker whose owner names the cause) that
   exits non-zero after recording why is named once per cause, as an ``MpcompatWarning``.
 - ``forkserver.connect_to_new_process``: a forkserver that died says so (:func:`forkserver_died`);
@@ -17,15 +21,18 @@ Plain functions, not wrapt: the standard-library patches do not import it.
 """
 import functools
 import os
+import signal
 import sys
 
 from mpcompat.patching.patcher import Patcher
-from mpcompat.workers import child_failures  # here: Pool helper threads start workers
+from mpcompat.workers import child_failures, crash_stacks  # here: Pool helper threads start
+from mpcompat.workers.user_frames import without_own_frames
 
 patcher = Patcher()
 # Targets whose owners name a dead worker's cause in their own error.
 _OWNED = ("multiprocessing.pool", "concurrent.futures.process", "torch.")
 _OWNED_MARK = "_mpcompat_owner_names_failures"
+_ENDED_MARK = "_mpcompat_ended"
 _UNPICKLING = "unpickling the process object its parent sent"
 _IMPORTING = "importing the main module %s as __mp_main__"
 
@@ -37,6 +44,10 @@ class _Child(object):
 
 
 _child = _Child()
+# Exit codes of native crashes (SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL): never the parent's
+# own terminate() or kill().
+_CRASH_CODES = frozenset(-getattr(signal, name) for name in (
+    "SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL") if hasattr(signal, name))
 
 
 def _start(original):
@@ -47,19 +58,21 @@ def _start(original):
         module = getattr(getattr(self, "_target", None), "__module__", None) or ""
         owned = module.startswith(_OWNED)
         since = child_failures.starting()
+        crash_stacks.prepare(self)
         try:
             original(self)
         finally:
             child_failures.started(self.pid, since)
         if owned:
             self.__dict__[_OWNED_MARK] = True
-    return start
+    return without_own_frames(start)
 
 
 def _join(original):
     @functools.wraps(original)
     def join(self, timeout=None):
         original(self, timeout)
+        _ended(self)
         if self.exitcode and not self.__dict__.get(_OWNED_MARK):
             try:  # warn, once per cause, with what the child recorded
                 record = child_failures.take(self.pid)
@@ -68,9 +81,54 @@ def _join(original):
                     note = child_failures.describe([record], "Process %r" % self.name)
                     warn(note[len(child_failures.PREFIX):],
                          key=repr((record["error"], record["notes"], record["what"])))
+                else:
+                    _died_unheard(self)
             except Exception:
                 pass
-    return join
+    return without_own_frames(join)
+
+
+def _died_unheard(process):
+    """A plain Process ended with no record: warn, once per cause, when what ended it was not
+    the parent's doing (a native crash; a SIGKILL the OOM killer is shown to have sent), with
+    what was measured."""
+    from mpcompat.workers import exits
+    lines = exits.dead_lines(process.exitcode, None, pid=process.pid)
+    how = exits.describe_exit(process.exitcode, process.pid)
+    if process.exitcode in _CRASH_CODES or "OOM killer" in how:
+        from mpcompat.errors import warn
+        warn("Process %r (pid %d) was %s.\n%s" % (process.name, process.pid, how,
+                                                   "\n".join(lines)),
+             key="process-%s" % how)
+
+
+def _is_alive(original):
+    @functools.wraps(original)
+    def is_alive(self):
+        alive = original(self)
+        if not alive:
+            _ended(self)  # a Pool's terminate() joins only the workers still alive
+        return alive
+    return is_alive
+
+
+def _ended(process):
+    """``process`` has ended, or was never started: remove the crash file it may have left
+    without crashing, once."""
+    if process.exitcode and not process.__dict__.get(_ENDED_MARK):
+        process.__dict__[_ENDED_MARK] = True
+        crash_stacks.joined(process.pid, process.exitcode)
+
+
+def _bootstrap(original):
+    @functools.wraps(original)
+    def bootstrap(self, *args, **kwargs):
+        crash_stacks.arm(self)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            crash_stacks.disarm()
+    return bootstrap
 
 
 def _get_preparation_data(original):
@@ -81,7 +139,7 @@ def _get_preparation_data(original):
         if address is not None and isinstance(data, dict):
             data[child_failures.KEY] = address  # prepare() ignores keys it does not know
         return data
-    return get_preparation_data
+    return without_own_frames(get_preparation_data)
 
 
 def _staged(stage, hear=False):
@@ -96,7 +154,7 @@ def _staged(stage, hear=False):
             result = original(arg, *args, **kwargs)
             _child.stage = outer
             return result
-        return staged
+        return without_own_frames(staged)
     return wrap
 
 
@@ -117,7 +175,7 @@ def _connect_to_new_process(original, module):
             server = getattr(module, "_forkserver", None)
             forkserver_died(exc, getattr(server, "_forkserver_pid", None))
             raise
-    return connect_to_new_process
+    return without_own_frames(connect_to_new_process)
 
 
 def _serving(original):
@@ -125,7 +183,7 @@ def _serving(original):
     def main(*args, **kwargs):
         _preload()
         return original(*args, **kwargs)
-    return main
+    return without_own_frames(main)
 
 
 def _preload():
@@ -150,7 +208,7 @@ def forkserver_died(exc, pid):
         from mpcompat.diagnose.notes import PREFIX, add_note
         path = main_guard.main_file()
         text = ("the forkserver process (pid %d), which starts this program's forkserver child "
-                "processes, %s before it could start this one; its own traceback, above on "
+                "processes, %s before it could start this one; its own line, above on "
                 "stderr, says why." % (pid, status))
         if path is not None and sys.version_info >= (3, 14):
             text += (" From Python 3.14 the forkserver imports the main module, %s, when it "
@@ -183,7 +241,7 @@ def _exit_status(pid, wait=1.0):
         if info is not None and info.si_pid:
             from mpcompat.workers.exits import describe_exit
             code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
-            return "ended (%s)" % describe_exit(code)
+            return "ended (%s)" % describe_exit(code, pid)
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.02)
@@ -220,7 +278,8 @@ def _joined_late(module):
 
 
 def apply(module):
-    """Wrap ``BaseProcess.start`` and ``join`` (``multiprocessing.process``),
+    """Wrap ``BaseProcess.start``, ``join``, ``is_alive`` and ``_bootstrap``
+    (``multiprocessing.process``),
     ``get_preparation_data``, ``prepare`` and the import of the main module (``spawn``) or
     ``connect_to_new_process`` and ``main`` (``forkserver``)."""
     if module.__name__ == "multiprocessing.forkserver":
@@ -233,6 +292,8 @@ def apply(module):
         cls = module.BaseProcess
         patcher.replace(cls, "start", _start(patcher.original(cls, "start")))
         patcher.replace(cls, "join", _join(patcher.original(cls, "join")))
+        patcher.replace(cls, "is_alive", _is_alive(patcher.original(cls, "is_alive")))
+        patcher.replace(cls, "_bootstrap", _bootstrap(patcher.original(cls, "_bootstrap")))
         return
     for name, wrap in (("get_preparation_data", _get_preparation_data),
                        ("prepare", _staged("preparing to run what its parent sent", hear=True)),

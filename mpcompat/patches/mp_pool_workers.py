@@ -15,6 +15,7 @@ the Pool is made (:func:`_parent_side`).
 """
 import functools
 import io
+import os
 import pickle
 import sys
 import threading
@@ -27,14 +28,18 @@ from mpcompat.patches import Skip
 from mpcompat.patching.patcher import Patcher
 from mpcompat.workers import child_failures, pool_channels
 from mpcompat.workers.exits import dead_lines, describe_exit
+from mpcompat.workers.user_frames import (format_trimmed, innermost_user_frame,
+                                          without_own_frames)
 
 __all__ = ["GRACE", "MIN_FAILURES", "apply", "revert"]
 
 GRACE = 3.0       # seconds of nothing but start-up failures before a pool breaks
 MIN_FAILURES = 3  # and at least max(MIN_FAILURES, processes) of them in a row
 TASK_STAGE = "running a task"
+FDS_PER_WORKER = 3  # the standard library's two (a Process's sentinel and pipe end), a channel
 # What the patch replaces on Pool, and how Pool binds it (None: a plain method).
-_HOOKED = {"_setup_queues": None, "_repopulate_pool_static": staticmethod,
+_HOOKED = {"_setup_queues": None, "_repopulate_pool": None,
+           "_repopulate_pool_static": staticmethod,
            "_maintain_pool": staticmethod, "_terminate_pool": classmethod,
            "_check_running": None, "_map_async": None}
 
@@ -118,10 +123,36 @@ def _make_worker(original):
             initializer = tasks.initializing(initializer)
         try:
             return original(tasks, tasks, initializer, initargs, maxtasks, wrap_exception)
+        except Exception as exc:
+            failed = exc
         except BaseException as exc:
             child_failures.record(exc, what=tasks.what)
             raise
+        _worker_failed(failed, tasks)
     return worker
+
+
+def _worker_failed(exc, tasks):
+    """``exc`` ends this worker: record it for the parent, print one line when the parent
+    reports it (a start-up failure, told once for all the workers that fail alike), else the
+    traceback without mpcompat's frames, and exit with code 1."""
+    from mpcompat.diagnose.notes import told_parent
+    where = innermost_user_frame(exc.__traceback__)
+    where = "%s, line %d, in %s" % where if where else None
+    starting = not tasks.asked
+    parent = child_failures.record(
+        exc, what=tasks.what + (" at " + where if where and starting else ""))
+    if parent is not None and starting:
+        text = told_parent(exc, parent, where)
+    else:
+        import multiprocessing
+        text = "Process %s:\n%s" % (multiprocessing.current_process().name, format_trimmed(exc))
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except Exception:
+        pass
+    raise SystemExit(1)  # Process._bootstrap: exit code 1, and nothing more printed
 
 
 # --- the parent's side ------------------------------------------------------------------------
@@ -152,12 +183,18 @@ class _Starts(object):
 
 
 def _should_break(starts, processes, dispatcher):
-    """The rule (patches.md): at least ``max(MIN_FAILURES, processes)`` start-up failures in a
-    row, over at least GRACE seconds, no task answered meanwhile, no live worker ready."""
-    return (len(starts.failures) >= max(MIN_FAILURES, processes)
-            and starts.since[1] == dispatcher.answered
-            and time.monotonic() - starts.since[0] >= GRACE
-            and not any(w.ready for w in list(dispatcher.workers.values())))
+    """The rule (patches.md): no task answered since the first of the start-up failures in a
+    row, no live worker ready, and either the last one's error fails every new worker alike (the
+    main-guard error, a name missing in the main module), or there were at least
+    ``max(MIN_FAILURES, processes)`` of them over at least GRACE seconds."""
+    from mpcompat.diagnose.notes import cannot_pass  # imported already (_parent_side)
+    if not starts.failures or starts.since[1] != dispatcher.answered or \
+            any(w.ready for w in list(dispatcher.workers.values())):
+        return False
+    record = starts.failures[-1][2]
+    return (record is not None and cannot_pass(record)) or (
+        len(starts.failures) >= max(MIN_FAILURES, processes)
+        and time.monotonic() - starts.since[0] >= GRACE)
 
 
 def _reaped(dispatcher, starts, process, processes):
@@ -182,13 +219,15 @@ def _reaped(dispatcher, starts, process, processes):
 def _lost(process, record, ready):
     from mpcompat.diagnose.notes import PREFIX, add_note  # imported already (_parent_side)
     from mpcompat.errors import WorkerLostError
-    exc = WorkerLostError("the Pool worker process %d died %s (%s)" % (
+    # The consequence in the message, the evidence in the note: one form, with or without it.
+    exc = WorkerLostError("the Pool worker process %d died %s (%s). The task's result is lost; "
+                          "the Pool goes on with a new worker." % (
         process.pid, "while running this task" if ready else
         "before it said it was ready for tasks, holding this task",
-        describe_exit(process.exitcode)), process.pid, process.exitcode)
-    lines = dead_lines(process.exitcode, record, "The worker's own error: ")
-    lines.append("The task's result is lost; the Pool goes on with a new worker.")
-    add_note(exc, PREFIX + "\n".join(lines))
+        describe_exit(process.exitcode, process.pid)), process.pid, process.exitcode)
+    lines = dead_lines(process.exitcode, record, "The worker's own error: ", process.pid)
+    if lines:
+        add_note(exc, PREFIX + "\n".join(lines))
     return exc
 
 
@@ -198,13 +237,19 @@ def _broken(failures, seconds):
     from mpcompat.errors import BrokenPool
     pids, codes, records = (list(column) for column in zip(*failures))
     shown = ", ".join(str(p) for p in pids[:8]) + (", ..." if len(pids) > 8 else "")
-    message = ("%d worker processes of this Pool failed while starting, in a row for %.1f s "
-               "(%s), and none took a task (pids %s). The Pool starts no new workers, and its "
-               "pending and new tasks fail with this error." % (
-                   len(pids), seconds, ", ".join(sorted(set(map(describe_exit, codes)))),
-                   shown))
+    exits = ", ".join(sorted(set(map(describe_exit, codes, pids))))
+    if len(pids) == 1:  # broken at once: an error every new worker would fail with (below)
+        message = ("a worker process of this Pool failed while starting (pid %d, %s), with an "
+                   "error every new worker would fail with. The Pool starts no new workers, "
+                   "and its pending and new tasks fail with this error." % (pids[0], exits))
+    else:
+        message = ("%d worker processes of this Pool failed while starting, in a row for %.1f "
+                   "s (%s), and none took a task (pids %s). The Pool starts no new workers, and "
+                   "its pending and new tasks fail with this error." % (
+                       len(pids), seconds, exits, shown))
     records = [r for r in records if r is not None]
-    note = child_failures.describe(records, "Pool worker process", tally=True) if records \
+    note = child_failures.describe(records, "Pool worker process", tally=len(pids) > 1) \
+        if records \
         else PREFIX + ("None of them recorded an error: they died without raising "
                        "(os._exit(), a signal) before the Pool's initializer returned.")
 
@@ -264,6 +309,38 @@ class _Inert(object):
     __setstate__ = __setitem__ = append = extend = add = _take
 
 
+def _descriptors_short(processes):
+    """``(needed, limit)`` when giving ``processes`` workers a channel each would take this
+    process past its limit of open file descriptors (``ulimit -n``), else None."""
+    import resource
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    needed = FDS_PER_WORKER * processes
+    if limit == resource.RLIM_INFINITY or needed < limit // 4:
+        return None
+    for listing in ("/proc/self/fd", "/dev/fd"):
+        try:
+            needed += len(os.listdir(listing)) + 16  # and a few the Pool opens for itself
+            break
+        except OSError:
+            pass
+    return (needed, limit) if needed > limit else None
+
+
+def _leave_to_stdlib(pool, dispatcher, short):
+    """``pool`` runs as the standard library's (it needs fewer file descriptors), and says why,
+    once."""
+    dispatcher.detach(pool._outqueue)
+    pool._quick_put, pool._quick_get = pool._inqueue._writer.send, pool._outqueue._reader.recv
+    from mpcompat.errors import warn
+    warn("Pool(%d) would need about %d open file descriptors with mpcompat's worker channels "
+         "(%d per worker; the standard library's Pool takes %d), over this process's limit "
+         "of %d (ulimit -n). It runs as the standard library's Pool: without mpcompat's "
+         "guarantees that a worker's death fails its task and that workers failing while "
+         "they start break the Pool. Raise the limit (ulimit -n %d) to keep them." % (
+             pool._processes, short[0], FDS_PER_WORKER, FDS_PER_WORKER - 1, short[1],
+             2 * short[0]), key="pool-descriptors")
+
+
 # --- the hooks ----------------------------------------------------------------------------------
 
 def _hooks(original, module):
@@ -278,6 +355,14 @@ def _hooks(original, module):
             dispatcher = pool_channels.Dispatcher(self._outqueue, _unreadable)
             dispatcher.starts = _Starts()
             self._quick_put, self._quick_get = dispatcher.put, dispatcher.get
+
+    def _repopulate_pool(self):
+        dispatcher = pool_channels.dispatcher_of(getattr(self, "_outqueue", None))
+        if dispatcher is not None and not dispatcher.workers:  # as the Pool is made
+            short = _descriptors_short(self._processes)
+            if short:
+                _leave_to_stdlib(self, dispatcher, short)
+        return original["_repopulate_pool"](self)
 
     def _repopulate_pool_static(ctx, Process, processes, pool, inqueue, outqueue, initializer,
                                 initargs, maxtasksperchild, wrap_exception):
@@ -346,15 +431,20 @@ def _hooks(original, module):
         if dispatcher is not None and dispatcher.broken is not None:
             raise dispatcher.broken()
 
-    def _map_async(self, *args, **kwargs):
-        try:
-            return original["_map_async"](self, *args, **kwargs)
-        except ZeroDivisionError:  # no worker left to size chunks by: broken since the check?
-            _check_running(self)
-            raise
+    def _map_async(self, func, iterable, *args, **kwargs):
+        if not hasattr(iterable, "__len__"):
+            iterable = list(iterable)  # as the original does: a retry must see it whole
+        while True:
+            try:
+                return original["_map_async"](self, func, iterable, *args, **kwargs)
+            except ZeroDivisionError:  # no worker to size chunks by, at this instant:
+                _check_running(self)   # broken since the check, or all died and are being
+                if self._pool:         # replaced (the worker handler adds or breaks)
+                    raise
+                time.sleep(0.01)
 
     return {hook.__name__: hook for hook in (
-        _setup_queues, _repopulate_pool_static, _maintain_pool, _terminate_pool,
+        _setup_queues, _repopulate_pool, _repopulate_pool_static, _maintain_pool, _terminate_pool,
         _check_running, _map_async)}
 
 
@@ -399,7 +489,7 @@ def apply(module):
     original = {name: patcher.original(Pool, name) for name in _HOOKED}
     original = {name: getattr(f, "__func__", f) for name, f in original.items()}
     for name, hook in _hooks(original, module).items():
-        hook = functools.wraps(original[name])(hook)
+        hook = without_own_frames(functools.wraps(original[name])(hook))
         patcher.replace(Pool, name, _HOOKED[name](hook) if _HOOKED[name] else hook)
     patcher.replace(encoding, "__init__", _keeping_notes(patcher.original(encoding, "__init__")))
     if sys.version_info < (3, 11):

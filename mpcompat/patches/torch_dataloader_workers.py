@@ -12,6 +12,7 @@ rule), and this module is imported only with torch (``torch._utils`` is loaded b
 import functools
 import inspect
 import pickle
+import sys
 from multiprocessing.reduction import ForkingPickler
 
 from torch._utils import ExceptionWrapper
@@ -20,7 +21,7 @@ from mpcompat.diagnose.notes import PREFIX, add_note, own_message
 from mpcompat.diagnose.walker import explain_parts
 from mpcompat.patches import Skip
 from mpcompat.patching.patcher import Patcher
-from mpcompat.workers import child_failures, started
+from mpcompat.workers import child_failures, shared_memory, started
 from mpcompat.workers.exits import dead_lines, describe_exit
 
 WORKER = "torch.utils.data._utils.worker"
@@ -61,12 +62,29 @@ def _make_worker_loop(original):
                 # attribute set before it is what the feeder thread calls.
                 queue._on_queue_feeder_error = functools.partial(
                     _feeder_error, queue, bound.get("worker_id"))
+            # This worker's errors: those of a full /dev/shm carry what was measured.
+            original.__globals__["ExceptionWrapper"] = _measuring_wrapper
             started.run()
         except Exception:  # never keep a worker from running
             pass
         return original(*args, **kwargs)
     _worker_loop._mpcompat_dataloader_workers = True  # what tests look for in a worker
     return _worker_loop
+
+
+def _measuring_wrapper(exc_info=None, where="in background"):
+    """``ExceptionWrapper(exc_info, where)`` for the worker loop; one for torch's "unable to
+    allocate shared memory ... No space left on device" also carries ``mpcompat_shm``: the
+    bytes asked for and /dev/shm's (size, used) at once (the main process adds the lines)."""
+    exc_info = exc_info or sys.exc_info()
+    wrapper = ExceptionWrapper(exc_info, where)
+    try:
+        if shared_memory.is_shm_error(exc_info[1]):
+            wrapper.mpcompat_shm = (shared_memory.failed_allocation(exc_info[2]),
+                                    shared_memory.usage())
+    except Exception:
+        pass
+    return wrapper
 
 
 def _feeder_error(queue, worker_id, exc, obj):
@@ -138,7 +156,7 @@ def _try_get_data_wrapper(wrapped, instance, args, kwargs):
     (torch's own message may say neither its exit code nor its signal) and their recorded
     errors."""
     try:
-        return wrapped(*args, **kwargs)
+        result = wrapped(*args, **kwargs)
     except RuntimeError as exc:
         try:
             dead = [w for w in list(getattr(instance, "_workers", ())) if w.exitcode]
@@ -147,12 +165,36 @@ def _try_get_data_wrapper(wrapped, instance, args, kwargs):
                 lines = []
                 for w in dead:
                     lines.append("DataLoader worker (pid %d) ended: %s." % (
-                        w.pid, describe_exit(w.exitcode)))
-                    lines += dead_lines(w.exitcode, None)
+                        w.pid, describe_exit(w.exitcode, w.pid)))
+                    lines += dead_lines(w.exitcode, None, pid=w.pid, shm={
+                        "workers": getattr(instance, "_num_workers", None),
+                        "prefetch_factor": getattr(instance, "_prefetch_factor", None)})
                 add_note(exc, PREFIX + "\n".join(lines))
                 note = child_failures.note_for([w.pid for w in dead], "DataLoader worker")
                 if note:
                     add_note(exc, note)
         except Exception:
             pass
+        from mpcompat.workers.user_frames import drop_own_frames  # the user's thread
+        drop_own_frames(exc)  # torch's error: no frame of this wrapper in its traceback
         raise
+    item = result[1] if result[0] and type(result[1]) is tuple and len(result[1]) == 2 else None
+    if item is not None and type(item[1]) is ExceptionWrapper and "mpcompat_shm" in \
+            item[1].__dict__:
+        _add_shm_lines(item[1], instance)
+    return result
+
+
+def _add_shm_lines(wrapper, loader_iter):
+    """A worker's error of a full /dev/shm (see :func:`_measuring_wrapper`): its message,
+    which the main process raises, gains the measured facts and the fix."""
+    try:
+        batch_bytes, measured = wrapper.__dict__.pop("mpcompat_shm")
+        lines = shared_memory.shm_lines(
+            getattr(loader_iter, "_num_workers", None),
+            getattr(loader_iter, "_prefetch_factor", None), batch_bytes, measured)
+        if lines:
+            wrapper.exc_msg = wrapper.exc_msg.rstrip("\n") + "\n\n" + PREFIX + "\n".join(
+                lines) + "\n"
+    except Exception:
+        pass

@@ -1,8 +1,9 @@
-"""Patch ``torch.spawn_errors``: a ``torch.multiprocessing.spawn`` child that dies starting up is
-named with its cause.
+"""Patch ``torch.spawn_errors``: a ``torch.multiprocessing.spawn`` child that died is named with
+its cause.
 
-``ProcessExitedException.__init__`` (wrapt) adds the start-up failure the child recorded
-(``multiprocessing.bootstrap_notes``, ``mpcompat.workers.child_failures``), if any.
+``ProcessExitedException.__init__`` (wrapt) adds what ended the child, from what was measured
+(``mpcompat.workers.exits``: an OOM kill, an exit code's meaning), and the start-up failure the
+child recorded (``multiprocessing.bootstrap_notes``, ``mpcompat.workers.child_failures``), if any.
 """
 from mpcompat.patches import Skip
 from mpcompat.patching.patcher import Patcher
@@ -24,14 +25,19 @@ def revert(module):
 
 
 def _init_wrapper(wrapped, instance, args, kwargs):
-    """Build the exception, then add the recorded cause of the child's death, if any."""
+    """Build the exception, then add what ended the child and its recorded error, if any."""
     wrapped(*args, **kwargs)
     try:
+        from mpcompat.diagnose.notes import PREFIX, add_note
         from mpcompat.workers import child_failures
-        pid = args[2] if len(args) > 2 else kwargs.get("error_pid")  # (msg, error_index, error_pid)
-        note = child_failures.note_for([pid], "torch.multiprocessing.spawn process")
-        if note:
-            from mpcompat.diagnose.notes import add_note
-            add_note(instance, note)
+        from mpcompat.workers.exits import exit_cause
+        pid = getattr(instance, "error_pid", None) or getattr(instance, "pid", None)  # 1.9: pid
+        record = child_failures.take(pid)
+        if record is not None:
+            add_note(instance, child_failures.describe([record],
+                                                       "torch.multiprocessing.spawn process"))
+        lines = exit_cause(instance.exit_code, record, pid)
+        if lines:
+            add_note(instance, PREFIX + "\n".join(lines))
     except Exception:
         pass

@@ -9,6 +9,7 @@ wait; workers ``self._workers``; a loader ``timeout`` shorter than SECONDS is no
 call ends when one exits; workers ``self.processes``).
 """
 from mpcompat.workers import hang_watch
+from mpcompat.workers.user_frames import drop_own_frames
 from mpcompat.patches import Skip
 from mpcompat.patching.patcher import Patcher
 
@@ -50,9 +51,13 @@ _JOIN = hang_watch.kind(_describe_join, _spawn_workers)
 def _watching(kind, timeout_of):
     """A wrapt wrapper: the call is watched unless its timeout is shorter than SECONDS."""
     def wrapper(wrapped, instance, args, kwargs):
-        if hang_watch.short(timeout_of(instance, args, kwargs)):
-            return wrapped(*args, **kwargs)
-        return hang_watch.call_watched(instance, kind, wrapped, *args, **kwargs)
+        try:
+            if hang_watch.short(timeout_of(instance, args, kwargs)):
+                return wrapped(*args, **kwargs)
+            return hang_watch.call_watched(instance, kind, wrapped, *args, **kwargs)
+        except BaseException as exc:
+            drop_own_frames(exc)  # a worker's error, raised again here: the user's
+            raise
     return wrapper
 
 

@@ -1,16 +1,20 @@
 """Stuck-wait dumps: ``MPCOMPAT_HANG_DUMP=SECONDS`` shows where a long wait is stuck.
 
 When the main thread has waited SECONDS without progress, the stacks of this process's threads
-go to stderr, then each live worker process of that wait is asked to write its own; again after
-twice as long, and so on. Nothing is killed. Off by default: long waits are often legitimate.
+and of each live worker process of that wait go to stderr in one dump, the stuck ones first;
+again after twice as long, and so on (saying what changed). Nothing is killed. Off by default:
+long waits are often legitimate.
 
 - The waiting side: patches wrap a wait in :func:`call_watched` (a list made and a slot set,
   cheap enough for every batch). One bare thread per process, started by a wait, polls that
   slot every SECONDS/4 (at most 1 s) and stops within 0.1 s of the main thread waiting for
   nothing. Only the main thread's waits are watched: helper threads often wait for ever.
 - The worker side: :func:`arm_workers` registers ``faulthandler`` on SIGURG (all threads,
-  chained); forked children inherit it, spawn/forkserver children register it when the
-  ``multiprocessing.stuck_waits`` patch applies on ``multiprocessing.process``. SIGURG because
+  chained), writing to a memory file of the worker's own (Linux; else stderr) that the waiting
+  process reads through /proc, to order, condense and trim the stacks
+  (:mod:`mpcompat.workers.stack_view`); forked children open their own, spawn and forkserver
+  children register it when the ``multiprocessing.stuck_waits`` patch applies on
+  ``multiprocessing.process``. SIGURG because
   it is ignored by default: a process without the handler is never killed by it, and only
   out-of-band socket data sends it otherwise (SIGUSR1/2 kill by default; SIGWINCH comes with
   every terminal resize, SIGCHLD with every grandchild's exit).
@@ -25,6 +29,10 @@ import threading
 import time
 from _thread import allocate_lock, get_ident, start_new_thread
 
+from mpcompat.workers import stack_view
+from mpcompat.workers.stack_view import parse_faulthandler
+from mpcompat.workers.user_frames import drop_own_frames
+
 VAR = "MPCOMPAT_HANG_DUMP"
 SIGNUM = getattr(_signal, "SIGURG", None)  # None on Windows (no faulthandler.register either)
 _monotonic = time.monotonic
@@ -36,7 +44,8 @@ class _State(object):
     """This process's watchdog state, in one place (reset in a forked child)."""
 
     __slots__ = ("current", "main", "seconds", "started", "start_lock", "write_lock",
-                 "fork_holds", "dumps", "armed_by", "handler")
+                 "fork_holds", "dumps", "armed_by", "handler", "stacks_fd", "files", "last",
+                 "starting")
 
     def __init__(self):
         # The main thread's wait: [obj, kind, outer wait] or None; an attribute load and a
@@ -51,6 +60,10 @@ class _State(object):
         self.dumps = 0           # dumps written by this process
         self.armed_by = set()    # patches that want the worker-side handler
         self.handler = False     # faulthandler is registered on SIGNUM by us
+        self.stacks_fd = None    # the memory file it writes to (None: stderr)
+        self.files = {}          # worker pid -> [its stacks file in /proc, bytes read]
+        self.last = None         # the last dump: (wait record, number, {key: text})
+        self.starting = None     # the workers' stacks when a dump was skipped: they imported
 
 
 _state = _State()
@@ -115,6 +128,9 @@ def call_watched(obj, kind, call, *args, **kwargs):
     token = enter(obj, kind)
     try:
         return call(*args, **kwargs)
+    except BaseException as exc:
+        drop_own_frames(exc)  # what the wait raised is the user's: no frame of this wrapper
+        raise
     finally:
         leave(token)
         # A raised exception's traceback keeps this frame: it must hold no argument (a future
@@ -131,6 +147,9 @@ def watched_method(original, kind, ready):
             if ready(self) or short(timeout):
                 return original(self, timeout)
             return call_watched(self, kind, original, self, timeout)
+        except BaseException as exc:
+            drop_own_frames(exc)
+            raise
         finally:
             self = None  # as Future.result does: no cycle through a raised exception's frames
     return method
@@ -183,7 +202,8 @@ def _watch():
             if quiet >= next_at:
                 while next_at <= quiet:  # after a late wake-up too: the next one is later
                     next_at *= 2
-                dump(rec, since, quiet, next_at)
+                if not dump(rec, since, quiet, next_at):  # its workers are still starting
+                    quiet_since, next_at = now, limit
         except Exception:
             pass
 
@@ -203,34 +223,126 @@ def _clock(mono):
 
 def dump(rec, since, quiet, next_at):
     """Write the dump for the wait ``rec`` (seen since ``since``, ``quiet`` seconds without
-    progress, the next dump after ``next_at``): a header, this process's threads, then each
-    live worker's threads (written by the worker itself on the signal)."""
+    progress, the next dump after ``next_at``): a header naming the user's innermost stuck
+    frame, the stuck stacks (the workers' first), the waiting thread, then one line per idle
+    thread or worker; a repeat dump shows only what changed (see patches.md). Returns False,
+    writing nothing, while all its workers import and their stacks change: they start."""
     stream = sys.stderr
     obj, kind = rec[0], rec[1]
     if stream is None or obj is None:  # obj None: the wait ended as the watchdog looked
-        return
-    _state.dumps += 1
-    number, pid = _state.dumps, os.getpid()
+        return True
+    pid = os.getpid()
     try:
         what = kind[0](obj)
     except Exception as exc:
         what = "%s (could not be described: %s)" % (type(obj).__name__, exc)
-    now = _monotonic()
-    started = "waiting since %s" % _clock(since)
-    if now - quiet > since + 0.05:
-        started = "no progress since %s, %s" % (_clock(now - quiet), started)
-    lines = ["mpcompat: hang dump %d of process %d: the main thread has waited %.1f s for %s"
-             % (number, pid, quiet, what),
-             "mpcompat: (%s; %s=%g; next dump after %.1f s without progress; nothing is "
-             "killed)" % (started, VAR, _state.seconds, next_at)]
-    _write(stream, lines + _thread_stacks(pid))
     try:
         workers = list(kind[1](obj) or ()) if kind[1] is not None else []
     except Exception:
         workers = []
-    for label, process in workers:
+    obj = None
+    sections = _thread_sections(pid)
+    late, asides = [], []  # workers that write to stderr themselves; lines on the others
+    sections += _worker_sections(workers, late, asides)
+    starting = _workers_starting(sections, late)
+    if starting is not None and starting != _state.starting:
+        _state.starting = starting
+        return False
+    _state.starting = None
+    _state.dumps += 1
+    number = _state.dumps
+    now = _monotonic()
+    started = "waiting since %s" % _clock(since)
+    if now - quiet > since + 0.05:
+        started = "no progress since %s, %s" % (_clock(now - quiet), started)
+    lines = _compose(rec, number, pid, sections, asides)
+    process = _process_name(pid)
+    lines[0] = ("mpcompat: hang dump %d of %s: the main thread has waited %.1f s for %s%s"
+                % (number, process, quiet, what, lines[0]))
+    lines.insert(1, "mpcompat: (%s; %s=%g; next dump after %.1f s without progress; nothing "
+                    "is killed)" % (started, VAR, _state.seconds, next_at))
+    _write(stream, lines)
+    for label, process in late:
         _dump_worker(stream, label, process)
-    _write(stream, ["mpcompat: end of hang dump %d of process %d" % (number, pid)])
+    _write(stream, ["mpcompat: end of hang dump %d of %s" % (number, process)])
+    return True
+
+
+def _workers_starting(sections, late):
+    """The stacks of the workers when every one of them is importing (a spawn worker loading
+    torch takes seconds: start-up, not a hang, while those stacks change), else None."""
+    workers = [s.text for s in sections if s.worker is not None]
+    if workers and not late and all("<frozen importlib" in text for text in workers):
+        return tuple(workers)
+    return None
+
+
+def _process_name(pid):
+    """``process 4242``, and in a torchrun rank ``process 4242 (rank 1, local rank 0)``."""
+    rank = os.environ.get("RANK")
+    return "process %d" % pid + (" (rank %s, local rank %s)" % (
+        rank, os.environ.get("LOCAL_RANK", "?")) if rank is not None else "")
+
+
+class _Section(object):
+    """One thread's stack in a dump: ``key`` (stable across dumps), ``title``, ``stack``
+    (outermost first), ``main`` (the waiting thread), ``worker`` (its pid, or None)."""
+
+    def __init__(self, key, title, stack, main=False, worker=None):
+        self.key, self.title, self.stack, self.main, self.worker = key, title, stack, main, \
+            worker
+        self.stuck = not main and stack_view.has_user_frame(stack)
+        self.text = "\n".join(stack_view.condensed(stack) if self.stuck or main
+                              else [stack_view.idle_line(stack)])
+
+
+def _compose(rec, number, pid, sections, asides):
+    """The dump's lines: the first is the end of the header (where it is stuck)."""
+    stuck = sorted((s for s in sections if s.stuck), key=lambda s: s.worker is None)
+    main = [s for s in sections if s.main]
+    idle = [s for s in sections if not s.stuck and not s.main]
+    focus = next((s for s in stuck + main if stack_view.innermost_user(s.stack)), None)
+    head = ""
+    if focus is not None:
+        head = "; %s %s, in %s" % ("stuck in" if focus.stuck else "waiting at",
+                                   stack_view.where(stack_view.innermost_user(focus.stack)),
+                                   focus.title)
+    texts = dict((s.key, s.text) for s in sections)
+    previous = _state.last if _state.last is not None and _state.last[0] is rec else None
+    _state.last = (rec, number, texts)
+    lines = [head]
+    if previous is not None:
+        same = [s for s in sections if previous[2].get(s.key) == s.text]
+        gone = len([k for k in previous[2] if k not in texts])
+        if len(same) == len(sections) and not gone:
+            return lines + asides + ["mpcompat: nothing changed since hang dump %d: the same "
+                                     "stacks" % previous[1]]
+        if same:
+            lines.append("mpcompat: changed since hang dump %d: %d of %d stacks (unchanged: "
+                         "%s)" % (previous[1], len(sections) - len(same), len(sections),
+                                  ", ".join(s.title for s in same)))
+        else:
+            lines.append("mpcompat: changed since hang dump %d: all %d stacks"
+                         % (previous[1], len(sections)))
+        shown = set(id(s) for s in same)
+        stuck, main, idle = ([s for s in part if id(s) not in shown]
+                             for part in (stuck, main, idle))
+    seen = {}
+    for s in stuck:
+        if s.worker is not None and s.text in seen:
+            lines.append("mpcompat: %s: the same stack as %s" % (s.title, seen[s.text]))
+            continue
+        seen.setdefault(s.text, s.title)
+        lines.append("mpcompat: %s, most recent call last:" % s.title)
+        lines.append(s.text)
+    for s in main:
+        lines.append("mpcompat: process %d, %s (the waiting thread), most recent call last:"
+                     % (pid, s.title))
+        lines.append(s.text)
+    for s in idle:
+        lines.append("mpcompat: %s: %s, %s" % (s.title, "importing" if "<frozen importlib" in
+                                               s.text else "idle", s.text))
+    return lines + asides
 
 
 def _write(stream, lines):
@@ -242,22 +354,128 @@ def _write(stream, lines):
             pass
 
 
-def _thread_stacks(pid):
-    """This process's threads but the watchdog, each with its stack (most recent call last)."""
-    import traceback
+def _thread_sections(pid):
+    """This process's threads but the watchdog, as sections."""
     names = {t.ident: t.name for t in threading.enumerate()}
     me, main = get_ident(), _state.main
     frames = sys._current_frames()
-    lines = []
+    sections = []
     for ident in sorted(frames, key=lambda ident: (ident != main, names.get(ident, ""), ident)):
         if ident == me:
             continue
-        role = " (the waiting thread)" if ident == main else ""
-        lines.append("mpcompat: process %d, thread %s%s, most recent call last:"
-                     % (pid, names.get(ident, "0x%x" % ident), role))
-        lines.append("".join(traceback.format_stack(frames[ident])).rstrip("\n"))
+        name = "thread %s" % names.get(ident, "0x%x" % ident)
+        sections.append(_Section("%s %d" % (name, ident), name,
+                                 stack_view.frames_of(frames[ident]), main=ident == main))
     del frames
-    return lines
+    return sections
+
+
+def _worker_sections(workers, late, asides):
+    """Ask every live worker of ``workers`` to write its stacks, at once, and read them back as
+    sections. A worker whose stacks go to stderr is added to ``late``; a line on one that has
+    no handler goes to ``asides``."""
+    asked = []
+    for label, process in workers:
+        popen = getattr(process, "_popen", None)
+        pid = getattr(popen, "pid", None)
+        # Reads only: never waits on the child (reaping belongs to its owner).
+        if pid is None or getattr(popen, "returncode", 0) is not None or pid == os.getpid():
+            continue
+        status = _status(pid) if SIGNUM is not None else {}
+        if status is not None and (SIGNUM is None or status.get("State", "").split()[:1] ==
+                                   ["Z"] or _has(status, "SigCgt") is False):
+            asides.append(_no_handler(label, pid))
+            continue
+        path = _stacks_file(pid)
+        if path is None:
+            late.append((label, process))
+            continue
+        try:
+            os.kill(pid, SIGNUM)
+        except OSError:
+            continue
+        asked.append((label, pid, path))
+    if not asked:
+        return []
+    deadline = _monotonic() + _DELIVERY_LIMIT
+    for _, pid, _ in asked:
+        _wait_delivered(pid, deadline)
+    time.sleep(_WORKER_PAUSE)
+    sections = []
+    for label, pid, path in asked:
+        sections += _read_worker(label, pid, path, asides)
+    return sections
+
+
+def _no_handler(label, pid):
+    return ("mpcompat: worker pid %d (%s) cannot write its stacks: it has no stack-dump handler "
+            "(started without mpcompat or without %s, or exiting); 'py-spy dump --pid %d' "
+            "shows them" % (pid, label, VAR, pid))
+
+
+def _stacks_file(pid):
+    """The /proc path of the memory file worker ``pid`` writes its stacks to, or None (it
+    writes them to stderr, or /proc does not show it)."""
+    known = _state.files.get(pid)
+    name = "/memfd:mpcompat-stacks-%d " % pid
+    try:
+        if known is not None and os.readlink(known[0]).startswith(name):
+            return known[0]
+        directory = "/proc/%d/fd" % pid
+        for fd in os.listdir(directory):
+            path = os.path.join(directory, fd)
+            if os.readlink(path).startswith(name):
+                _state.files[pid] = [path, 0]
+                return path
+    except OSError:
+        pass
+    _state.files.pop(pid, None)
+    return None
+
+
+def _wait_delivered(pid, deadline):
+    """Until the signal is no longer pending for ``pid`` (Linux), at most until ``deadline``."""
+    while _monotonic() < deadline:
+        status = _status(pid)
+        if status is None or not (_has(status, "SigPnd") or _has(status, "ShdPnd")):
+            return
+        time.sleep(0.01)
+
+
+def _read_worker(label, pid, path, asides):
+    """The sections of what worker ``pid`` wrote since the last read."""
+    entry = _state.files.get(pid)
+    try:
+        with open(path, "rb") as stacks:
+            stacks.seek(entry[1])
+            data = stacks.read()
+        entry[1] += len(data)
+    except (OSError, TypeError):
+        asides.append("mpcompat: worker pid %d (%s): its stacks could not be read; 'py-spy dump "
+                      "--pid %d' shows them" % (pid, label, pid))
+        return []
+    threads = parse_faulthandler(data.decode("utf-8", "replace"))
+    if not threads:
+        asides.append("mpcompat: worker pid %d (%s) wrote no stacks in time (busy in C code "
+                      "without the GIL's release?); 'py-spy dump --pid %d' shows them"
+                      % (pid, label, pid))
+        return []
+    sections = []
+    for thread, stack in threads:
+        title = "worker pid %d (%s)" % (pid, label)
+        if len(threads) > 1:
+            title += ", " + thread
+        sections.append(_Section("worker %d %s" % (pid, thread), title,
+                                 stack_view.worker_part(stack), worker=pid))
+    if len(threads) > 1 and not any(s.stuck for s in sections):
+        # an idle worker: one line for all its threads
+        first = sections[0]
+        first.title = "worker pid %d (%s)" % (pid, label)
+        first.text += "; and %d more thread%s, idle" % (len(threads) - 1,
+                                                      "" if len(threads) == 2 else "s")
+        first.key = "worker %d" % pid
+        sections = [first]
+    return sections
 
 
 def _status(pid):
@@ -285,9 +503,7 @@ def _dump_worker(stream, label, process):
     # Without /proc (None) the signal is sent unchecked; a zombie has no handler.
     if status is not None and (SIGNUM is None or status.get("State", "").split()[:1] == ["Z"]
                                or _has(status, "SigCgt") is False):
-        _write(stream, ["mpcompat: worker pid %d (%s) cannot write its stacks: it has no "
-                        "stack-dump handler (started without mpcompat or without %s, or "
-                        "exiting); 'py-spy dump --pid %d' shows them" % (pid, label, VAR, pid)])
+        _write(stream, [_no_handler(label, pid)])
         return
     _write(stream, ["mpcompat: worker pid %d (%s), its threads as it writes them, most recent "
                     "call first:" % (pid, label)])
@@ -327,14 +543,25 @@ def arm_workers(owner=None):
         return
     try:
         import faulthandler
-        try:
-            fd = sys.stderr.fileno()
-        except Exception:
-            fd = 2
-        faulthandler.register(SIGNUM, file=fd, all_threads=True, chain=True)
+        faulthandler.register(SIGNUM, file=_stacks_target(), all_threads=True, chain=True)
         _state.handler = True
     except Exception:
         pass
+
+
+def _stacks_target():
+    """The file descriptor this process writes its stacks to on the signal: a memory file
+    (Linux) its parent reads, to put them in its dump in order; else stderr."""
+    if hasattr(os, "memfd_create"):
+        try:
+            _state.stacks_fd = os.memfd_create("mpcompat-stacks-%d" % os.getpid())
+            return _state.stacks_fd
+        except OSError:
+            pass
+    try:
+        return sys.stderr.fileno()
+    except Exception:
+        return 2
 
 
 def disarm_workers(owner):
@@ -347,6 +574,16 @@ def disarm_workers(owner):
         except Exception:
             pass
         _state.handler = False
+        _close_stacks()
+
+
+def _close_stacks():
+    if _state.stacks_fd is not None:
+        try:
+            os.close(_state.stacks_fd)
+        except OSError:
+            pass
+        _state.stacks_fd = None
 
 
 def _before_fork():
@@ -367,6 +604,10 @@ def _after_fork_in_child():
     _state.write_lock = allocate_lock()
     _state.fork_holds.clear()
     _state.main = threading.main_thread().ident
+    _state.files, _state.last = {}, None
+    if _state.handler and _state.stacks_fd is not None:
+        _close_stacks()  # the parent's: this child writes its own
+        _state.handler = False
     arm_workers()  # inherited; registered here only if the parent's is missing
 
 

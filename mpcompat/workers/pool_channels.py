@@ -195,6 +195,13 @@ class Dispatcher(object):
         for sock in wake:
             sock.close()
 
+    def detach(self, outqueue):
+        """Before any worker: the Pool of result queue ``outqueue`` runs without channels."""
+        self.close()
+        _dispatchers.discard(self)
+        if outqueue.__dict__.get(_ATTRIBUTE) is self:
+            del outqueue.__dict__[_ATTRIBUTE]
+
     # --- sending (the task handler's put, and whoever frees room or adds a worker) ----------
 
     def put(self, task):

@@ -43,8 +43,8 @@ if __name__ == "__main__":
 def test_broken_process_pool_names_the_dead_worker(method, tmp_path):
     data, proc = run_script(tmp_path, SCENARIO, method, timeout=240)
     assert data is not None and proc.returncode == 0, proc.stderr[-3000:]
-    expected = {"SIGKILL": ("killed by signal 9 (SIGKILL)", "journalctl -k"),
-                "SIGSEGV": ("killed by signal 11 (SIGSEGV)", "PYTHONFAULTHANDLER=1"),
+    expected = {"SIGKILL": ("killed by signal 9 (SIGKILL)", "Not the OOM killer ("),
+                "SIGSEGV": ("killed by signal 11 (SIGSEGV)", "Its Python stack at the crash ("),
                 "exit3": ("exit code 3", "")}
     if method != "fork":
         expected["unpicklable"] = (
@@ -88,6 +88,9 @@ def submit_after_the_break(context):
             except cf.process.BrokenProcessPool as exc:
                 raised = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
                 break
+            # CPython's manager thread sees a dead worker only when its wake-up pipe is empty:
+            # submit() in a tight loop starves it (3.11, mpcompat on or off, 1 in 4 runs).
+            time.sleep(0.001)
         done, pending = cf.wait(futures, timeout=30)
         errors = [f.exception() for f in done if f.exception() is not None]
         return {"raised": raised, "pending": len(pending), "failed": len(errors),

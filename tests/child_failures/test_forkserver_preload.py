@@ -45,7 +45,8 @@ if __name__ == "__main__":
 '''
 
 
-BASE = ["mp_bootstrap_notes", "mp_failure_records", "mp_pickling_notes"]  # imported anyway
+# imported anyway
+BASE = ["mp_bootstrap_notes", "mp_exit_evidence", "mp_failure_records", "mp_pickling_notes"]
 
 
 @pytest.mark.parametrize("env, expected", [

@@ -58,8 +58,8 @@ def end_a_worker(method, case):
 if __name__ == "__main__":
     report({case: end_a_worker(sys.argv[1], case) for case in sys.argv[2:]})
 '''
-ENDS = {"SIGKILL": ("killed by signal 9 (SIGKILL)", "journalctl -k"),
-        "SIGSEGV": ("killed by signal 11 (SIGSEGV)", "PYTHONFAULTHANDLER=1"),
+ENDS = {"SIGKILL": ("killed by signal 9 (SIGKILL)", "Not the OOM killer ("),
+        "SIGSEGV": ("killed by signal 11 (SIGSEGV)", "Its Python stack at the crash ("),
         "exit3": ("exit code 3", ""), "outside": ("killed by signal 15 (SIGTERM)", "")}
 
 

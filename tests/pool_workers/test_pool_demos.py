@@ -27,10 +27,16 @@ def test_views_pool_fails_without_and_works_with_mpcompat():
 
 def test_pool_initializer_hangs_without_and_fails_fast_with_mpcompat():
     ok, summary, output = demo.run_scenario(INITIALIZER, "without", timeout=6)
-    assert not ok and summary.startswith("FAILED timed out after 6 s"), output
+    assert not ok and summary == "FAILED timed out after 6 s (the Pool kept restarting " \
+        "workers that die in its initializer)", output
     assert output.count("sqlite3.OperationalError: unable to open database file") >= 3
     ok, summary, output = demo.run_scenario(INITIALIZER, "with", timeout=60)
     assert ok, output
     assert summary.startswith("OK map() raised BrokenPool after ")
-    assert summary.endswith(" s, naming the workers' error: OperationalError: unable to open "
-                            "database file (while running the Pool's initializer open_db())")
+    assert " s, naming the workers' error: OperationalError: unable to open database file " \
+        "(while running the Pool's initializer open_db() at " in summary, summary
+    import inspect
+    from mpcompat.demo import scenario_pool_initializer as scenario
+    source, first = inspect.getsourcelines(scenario.open_db)
+    line = first + [i for i, text in enumerate(source) if "sqlite3.connect(" in text][0]
+    assert summary.endswith("scenario_pool_initializer.py, line %d, in open_db)" % line), summary

@@ -214,37 +214,41 @@ STATUS = textwrap.dedent('''
 ALL = sorted(["wait", "next", "__next__", "result", "exception", "cf.wait", "as_completed",
               "package.wait", "package.as_completed"])
 
-# name -> (script, args, MPCOMPAT_HANG_DUMP or None, worker label or None)
+# name -> (script, args, MPCOMPAT_HANG_DUMP or None, worker label or None, worker count)
 SCENARIOS = {
-    "threadpool": (THREADPOOL, (), "1", None),
-    "threadpool-before": (THREADPOOL, (), None, None),
-    "pool-fork-map": (POOL, ("fork", "map"), "1", "(Pool worker ForkPoolWorker-"),
-    "pool-spawn-map": (POOL, ("spawn", "map"), "1", "(Pool worker SpawnPoolWorker-"),
-    "pool-spawn-before": (POOL, ("spawn", "map"), None, None),
+    "threadpool": (THREADPOOL, (), "1", None, 0),
+    "threadpool-before": (THREADPOOL, (), None, None, 0),
+    "pool-fork-map": (POOL, ("fork", "map"), "1", "Pool worker ForkPoolWorker-", 2),
+    "pool-spawn-map": (POOL, ("spawn", "map"), "1", "Pool worker SpawnPoolWorker-", 2),
+    "pool-spawn-before": (POOL, ("spawn", "map"), None, None, 0),
     "pool-forkserver-imap": (POOL, ("forkserver", "imap"), "1",
-                             "(Pool worker ForkServerPoolWorker-"),
-    "future-result": (FUTURES, ("result",), "1", "(ForkProcess-"),
-    "futures-wait": (FUTURES, ("wait",), "1", "(ForkProcess-"),
-    "futures-as_completed": (FUTURES, ("as_completed",), "1", "(ForkProcess-"),
-    "forked-child": (FORKED, (), "1", None),
+                             "Pool worker ForkServerPoolWorker-", 2),
+    "future-result": (FUTURES, ("result",), "1", "ForkProcess-", 1),
+    "futures-wait": (FUTURES, ("wait",), "1", "ForkProcess-", 1),
+    "futures-as_completed": (FUTURES, ("as_completed",), "1", "ForkProcess-", 1),
+    "forked-child": (FORKED, (), "1", None, 0),
 }
 
 
-def ready_for(script_path, worker_label, count=2):
-    """The test's condition to release a stuck script: ``count`` complete dumps, the last of
-    which shows every worker's stuck line (when the waiting process has worker processes)."""
-    stuck = h.line_of(script_path, STUCK)
+def shown_stuck(err, path, worker_label):
+    """The workers shown stuck on the STUCK line, over the complete dumps of ``err``."""
+    stuck, done = h.line_of(path, STUCK), h.complete_dumps(err)
+    found = set()
+    for d in h.dumps(err):
+        if d[0] in done:
+            found |= h.stuck_workers(d[4], worker_label, path, stuck)
+    return found
 
+
+def ready_for(script_path, worker_label, count=2, workers=0):
+    """The test's condition to release a stuck script: ``count`` complete dumps, which have
+    shown every worker's stack stuck on its line (when the waiting process has worker
+    processes)."""
     def ready(err):
-        done = h.complete_dumps(err)
-        found = h.dumps(err)
-        if len(done) < count or not found:
+        if len(h.complete_dumps(err)) < count:
             return False
-        if worker_label is None:
-            return True
-        last = [d for d in found if d[0] in done][-1][4]
-        parts = last.count(worker_label)
-        return parts >= 1 and last.count("line %d in " % stuck) >= parts
+        return worker_label is None or \
+            len(shown_stuck(err, script_path, worker_label)) >= workers
     return ready
 
 
@@ -252,14 +256,14 @@ def ready_for(script_path, worker_label, count=2):
 def runs(tmp_path_factory):
     """Run every stuck scenario side by side; {name: (met, rc, stdout, stderr, script)}."""
     def release(name, scenario, path):
-        hang_dump, label = SCENARIOS[name][2], SCENARIOS[name][3]
+        hang_dump, label, workers = SCENARIOS[name][2:5]
         if hang_dump is None:
             return scenario.release_when(None, limit=2.5)  # dumps would have come by now
         if name == "forked-child":
             return scenario.release_when(_forked_ready(scenario, path), limit=60)
         # the ThreadPool one waits for a third dump: doubling, not every SECONDS
         count = 3 if name == "threadpool" else 2
-        return scenario.release_when(ready_for(path, label, count), limit=60)
+        return scenario.release_when(ready_for(path, label, count, workers), limit=60)
 
     scenarios = {name: spec[:3] for name, spec in SCENARIOS.items()}
     return h.run_side_by_side(tmp_path_factory.mktemp("stuck"), scenarios, release)
@@ -276,8 +280,9 @@ def _forked_ready(scenario, path):
     return ready
 
 
-def check_dumps(result, what, worker_label=None, workers=0):
-    """The common checks of a stuck scenario; return its dumps."""
+def check_dumps(result, what, worker_label=None, workers=0, stuck_in=None):
+    """The common checks of a stuck scenario; return its dumps. ``stuck_in``: the function of
+    the STUCK line, which the headers name once the dumps show it."""
     met, rc, out, err, path = result
     assert met, err
     assert rc == 0, err  # released, it finished: nothing was killed
@@ -294,50 +299,62 @@ def check_dumps(result, what, worker_label=None, workers=0):
         assert since and since.group(1) == "1", section[:600]
         after = float(since.group(2))  # the next threshold: a power of two above this wait
         assert after >= 2 ** (i + 1) and after > waited and math.log2(after).is_integer()
-        stack = h.waiting_stack(section)
-        assert 'File "%s", line %d, in ' % (path, waits) in stack, stack
-        assert WAITS in stack, stack
         assert "end of hang dump %d of process %d" % (number, pid) in section
+        # a repeat says what changed, or that nothing did
+        assert i == 0 or h.repeat_says_what_changed(section, number), section
+        assert "mpcompat/" not in section.replace("mpcompat/demo", ""), section
+    # the first dump shows the waiting thread at the user's line, with its source
+    stack = h.waiting_stack(dumps[0][4])
+    assert 'File "%s", line %d, in ' % (path, waits) in stack, stack
+    assert WAITS in stack, stack
     # no flood: the dumps are as many as the doublings that fit in the wait
     longest = dumps[-1][2]
     assert len(dumps) <= int(math.log2(longest)) + 1, [d[:3] for d in dumps]
     last = dumps[-1][4]
+    if stuck_in is not None:
+        # the header names the stuck frame, and the stack comes before the waiting thread
+        assert "; stuck in %s, line %d, in %s, in " % (path, stuck, stuck_in) in \
+            last.splitlines()[0], last.splitlines()[0]
     if worker_label is not None:
-        # one header per worker, then what the worker wrote: its stack, stuck on the line
-        assert last.count(worker_label) == workers, last
-        assert last.count("its threads as it writes them") == workers, last
-        assert last.count("(most recent call first):") >= workers, last
-        assert last.count('line %d in ' % stuck) >= workers, last
-        first = h.worker_part(last, worker_label)
-        assert 'line %d in ' % stuck in first, last
+        # every worker shown stuck on its line (its own stack, or the same as another's)
+        assert len(shown_stuck(err, path, worker_label)) == workers, err
+        assert "its threads as it writes them" not in err  # read and ordered by the parent
+        shown = [d[4] for d in dumps if h.stuck_workers(d[4], worker_label, path, stuck)][0]
+        assert shown.index("most recent call last") < shown.index("(the waiting thread)")
+        assert len(shown.splitlines()) <= 40, shown
     return dumps
 
 
 def test_threadpool_result_dumps_the_waiting_and_the_worker_threads(runs):
     dumps = check_dumps(runs["threadpool"], "a result (ApplyResult job 0 of "
-                                            "multiprocessing.pool.ThreadPool with 2 workers)")
+                                            "multiprocessing.pool.ThreadPool with 2 workers)",
+                        stuck_in="blocked")
     assert len(dumps) >= 3 and dumps[2][2] >= 3.95, [d[:3] for d in dumps]  # after 1, 2, 4 s
     met, rc, out, err, path = runs["threadpool"]
     assert out.strip() == "released"
     stuck = h.line_of(path, STUCK)
-    section = dumps[-1][4]
+    section = dumps[0][4]
     assert 'File "%s", line %d, in blocked' % (path, stuck) in section
     assert "gate.wait()  " + STUCK in section  # the worker thread's line, with its source
     assert "worker pid" not in err  # ThreadPool workers are threads: no process to signal
+    # the stuck thread first, the idle ones one line each
+    assert section.index(STUCK) < section.index("(the waiting thread)")
+    assert len(section.splitlines()) <= 40, section
+    assert "thread Thread-" in section and ": idle, in " in section, section
 
 
 @pytest.mark.parametrize("name, label, what", [
-    ("pool-fork-map", "(Pool worker ForkPoolWorker-", "the result of a map (MapResult job"),
-    ("pool-spawn-map", "(Pool worker SpawnPoolWorker-", "the result of a map (MapResult job"),
-    ("pool-forkserver-imap", "(Pool worker ForkServerPoolWorker-",
+    ("pool-fork-map", "Pool worker ForkPoolWorker-", "the result of a map (MapResult job"),
+    ("pool-spawn-map", "Pool worker SpawnPoolWorker-", "the result of a map (MapResult job"),
+    ("pool-forkserver-imap", "Pool worker ForkServerPoolWorker-",
      "the next result of Pool.imap (job"),
 ])
 def test_pool_workers_blocked_on_a_lock_write_their_stacks(runs, name, label, what):
-    dumps = check_dumps(runs[name], what, label, workers=2)
+    dumps = check_dumps(runs[name], what, label, workers=2, stuck_in="work")
     assert runs[name][2].strip() == "[0, 2, 4, 6]"
     assert "multiprocessing.pool.Pool with 2 workers" in dumps[0][3]
     if what.startswith("the result of a map"):
-        assert dumps[0][3].endswith("; 4 chunks still to come)")
+        assert "; 4 chunks still to come)" in dumps[0][3]
 
 
 @pytest.mark.parametrize("name, what", [
@@ -347,7 +364,7 @@ def test_pool_workers_blocked_on_a_lock_write_their_stacks(runs, name, label, wh
                              "so far)"),
 ])
 def test_a_future_that_never_completes_dumps_the_executor_worker(runs, name, what):
-    check_dumps(runs[name], what, "(ForkProcess-", workers=1)
+    check_dumps(runs[name], what, "ForkProcess-", workers=1, stuck_in="work")
     assert runs[name][2].strip() in ("2", "1", "[2]")
 
 
@@ -368,7 +385,7 @@ def test_a_forked_child_watches_its_own_waits(runs):
     dumps = h.dumps(err, child)
     assert len(dumps) >= 2 and dumps[0][0] == 1, err  # the child counts its own dumps
     assert "ThreadPool with 1 worker)" in dumps[0][3]
-    assert STUCK in dumps[-1][4] and WAITS in h.waiting_stack(dumps[-1][4])
+    assert STUCK in dumps[0][4] and WAITS in h.waiting_stack(dumps[0][4])
 
 
 def test_progress_resets_the_clock_and_other_threads_are_not_watched(tmp_path):
@@ -453,3 +470,32 @@ def test_a_watched_future_is_not_kept_alive_by_its_own_exception():
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     out = json.loads(proc.stdout)
     assert out == {"freed": {"result": True, "exception": True}, "state": ["applied"]}
+
+
+SLOW_START = '''\
+import multiprocessing, os, sys, time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from slowstart_11 import work
+
+if __name__ == "__main__":
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        print(pool.map(work, [1]))
+'''
+
+
+def test_workers_still_importing_are_starting_not_stuck(tmp_path):
+    """A spawn worker that imports for seconds (here 12 modules of 0.3 s each, as a worker
+    loading torch does) is starting, not stuck: no dump while its stacks are imports that
+    change; the dump comes once it is stuck in the task."""
+    for i in range(12):  # slowstart_11, where work is, imports slowstart_10, ... slowstart_0
+        (tmp_path / ("slowstart_%d.py" % i)).write_text(
+            "import time\ntime.sleep(0.3)\n" + ("import slowstart_%d\n" % (i - 1) if i else "")
+            + ("def work(x):\n    time.sleep(3)  # STUCK\n    return x\n" if i == 11 else ""))
+    path = tmp_path / "slow_start.py"
+    path.write_text(SLOW_START)
+    rc, out, err = h.run_to_end(path, "1", timeout=120)
+    assert rc == 0 and out.strip() == "[1]", err
+    found = h.dumps(err)
+    assert found, err  # stuck in work() for 3 s
+    assert "): importing, " not in err, err  # no dump while the worker imported
+    assert "slowstart_11.py\", line 5, in work" in found[0][4], found[0][4]

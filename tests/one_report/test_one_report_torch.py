@@ -1,0 +1,49 @@
+"""Issue 26 with torch (torch 1.9.1 on Python 3.8, 2.13 on 3.11 and 3.14): a DataLoader worker
+killed by SIGKILL leaves nothing in the temporary directory once the program has ended (item 4),
+and the error the user reads names no file of mpcompat (item 2; from Python 3.11: before, a
+re-raise restores the traceback it caught, with the one wrapper frame that adds the cause)."""
+import os
+import sys
+
+import pytest
+
+from one_report_helpers import own_lines, run_user_script
+
+KILLED = '''\
+import os, signal, sys
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class Killed(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return torch.zeros(4)
+
+if __name__ == "__main__":
+    loader = DataLoader(Killed(), batch_size=2, num_workers=2,
+                        multiprocessing_context=sys.argv[1])
+    for batch in loader:
+        pass
+'''
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_a_killed_dataloader_worker_leaves_nothing_on_disk(method, tmp_path):
+    private = tmp_path / "tmp"
+    private.mkdir()
+    script = tmp_path / "run"
+    script.mkdir()
+    code, lines = run_user_script(script, KILLED, method, timeout=180, TMPDIR=str(private))
+    text = "\n".join(lines)
+    assert code == 1 and "exited unexpectedly" in text, text
+    assert "killed by signal 9 (SIGKILL)" in text, text
+    assert os.listdir(str(private)) == [], text
+    own = own_lines(lines)
+    if sys.version_info >= (3, 11):
+        assert own == [], text
+    else:
+        assert len(own) <= 1 and all("_try_get_data_wrapper" in line for line in own), text

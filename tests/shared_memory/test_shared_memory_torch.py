@@ -1,0 +1,82 @@
+"""A DataLoader whose batches (8 MiB) do not fit in /dev/shm (a 2 MiB tmpfs mounted on it in a
+mount namespace of its own, ``unshare -m``): torch 2.x fails with "unable to allocate shared
+memory ... No space left on device", torch 1.x's worker dies of SIGBUS. Either way the error
+names what was measured: /dev/shm's size and use, the loader's num_workers x prefetch_factor,
+the batch's size where it can be read, and the fix with numbers
+(``mpcompat.workers.shared_memory``). Needs root (a mount namespace); each scenario runs in a
+fresh child bounded by a timeout."""
+import os
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from pool_workers_helpers import flat, run_script
+
+TORCH2 = int(torch.__version__.split(".")[0]) >= 2
+# A private copy of /dev/shm's mount in a new mount namespace, then a 2 MiB tmpfs over it: the
+# host's /dev/shm is never touched. (--propagation unchanged: in a chroot "/" is no mount
+# point to make private.)
+UNSHARE = ["unshare", "-m", "--propagation", "unchanged", "sh", "-c",
+           'mount --make-private /dev/shm && mount -t tmpfs -o size=2m tmpfs /dev/shm && '
+           'exec "$0" "$@"']
+
+SCENARIO = '''\
+import os, sys
+if sys.argv[1] == "outer":  # again, in a mount namespace whose /dev/shm holds 2 MiB
+    os.execvp("unshare", %r + [sys.executable, __file__, "inner"] + sys.argv[2:])
+import multiprocessing, re, traceback
+import torch
+import mpcompat
+from crash_helpers import EightMiB
+from pool_workers_helpers import report
+
+if __name__ == "__main__":
+    method = None if sys.argv[2] == "default" else sys.argv[2]
+    loader = torch.utils.data.DataLoader(EightMiB(), batch_size=1, num_workers=2,
+                                         multiprocessing_context=method)
+    try:
+        list(loader)
+        report({"error": "no error"})
+    except RuntimeError as exc:
+        from mpcompat.workers import crash_stacks
+        pid = re.search(r"pid\\(?s?\\)? (\\d+)", str(exc))
+        report({"error": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+                "method": method or multiprocessing.get_start_method(),
+                "stack": crash_stacks.crash_lines(int(pid.group(1))) if pid else []})
+''' % (UNSHARE,)
+
+
+def _can_unshare():
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    return subprocess.run(UNSHARE + ["true"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, timeout=30).returncode == 0
+
+
+pytestmark = pytest.mark.skipif(not _can_unshare(),
+                                reason="needs root and unshare -m (a mount namespace)")
+
+
+@pytest.mark.parametrize("method", ["default", "fork", "spawn"])
+def test_full_shared_memory_is_measured(tmp_path, method):
+    data, proc = run_script(tmp_path, SCENARIO, "outer", method, timeout=240)
+    assert data is not None, proc.stderr
+    text = flat(data["error"])
+    assert "/dev/shm: 2.0 MiB in all" in text, text
+    assert "(num_workers=2 x prefetch_factor=2)" in text, text
+    assert "`docker run --ipc=host`" in text, text
+    assert "set_sharing_strategy('file_system') does not help" in text, text
+    if TORCH2:  # torch raises in the worker: the allocation it asked for is read there
+        assert "No space left on device" in text, text
+        assert "The shared-memory allocation that failed asked for 8.0 MiB" in text, text
+        # (4 batches ahead + the one in use) x 8 MiB, plus a quarter.
+        assert "a /dev/shm of at least 50 MiB: `docker run --shm-size=50m`" in text, text
+    else:  # the worker dies of SIGBUS writing the batch: its size is not known
+        assert "killed by signal 7 (SIGBUS)" in text, text
+        assert "--shm-size" in text, text
+        # Its stack, though /dev/shm was full: the room for it was reserved as it started.
+        shown = text + " " + flat(" ".join(data["stack"]))
+        assert "It crashed in default_collate() at " in shown, shown
+        assert "`return torch.stack(batch, 0, out=out)`" in shown, shown
