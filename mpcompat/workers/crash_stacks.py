@@ -81,6 +81,7 @@ def _new_prefix():
     from multiprocessing import util
     directory = _TMPFS if os.access(_TMPFS, os.W_OK) else util.get_temp_dir()
     util.Finalize(None, _remove_left, args=(os.getpid(),), exitpriority=-100)
+    _remove_orphans(directory)
     # Files, not a directory of their own: a program that ends with os._exit() leaves nothing
     # when its workers ended well. The random part keeps others from guessing the names.
     return os.path.join(directory, "mpcompat-crash-%d-%s-" % (os.getpid(),
@@ -100,6 +101,32 @@ def files_left():
         return [os.path.join(directory, n) for n in os.listdir(directory) if n.startswith(start)]
     except OSError:
         return []
+
+
+def _remove_orphans(directory):
+    """Remove the crash files of parents that are gone: a parent killed by a signal could not
+    remove its own (its children's files are all it leaves)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        owner = name.split("-")[2] if name.startswith("mpcompat-crash-") else ""
+        if owner.isdigit() and not _alive(int(owner)):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except OSError:
+                pass
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's
+        pass
+    return True
 
 
 def _remove_left(owner):

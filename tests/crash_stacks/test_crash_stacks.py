@@ -195,3 +195,37 @@ def test_reading_a_crash_imports_nothing(tmp_path, method):
     assert data is not None, proc.stderr
     assert data["lines"] and data["lines"][0].startswith("It crashed in segfault() at "), data
     assert data["imports"] == [], data
+
+
+ORPHANS = '''\
+import multiprocessing, sys
+import mpcompat
+from pool_workers_helpers import report
+
+if __name__ == "__main__":
+    process = multiprocessing.get_context(sys.argv[1]).Process(target=abs, args=(1,))
+    process.start()
+    process.join()
+    report({"exitcode": process.exitcode})
+'''
+
+
+def test_the_files_of_a_killed_parent_go_with_the_next_start(tmp_path):
+    """A parent killed by a signal cannot remove its children's crash files: the next program
+    that starts a process removes those whose parent is gone, and no other."""
+    import subprocess
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    orphan = "/dev/shm/mpcompat-crash-%d-0123456789ab-%d" % (gone.pid, gone.pid + 1)
+    kept = "/dev/shm/mpcompat-crash-%d-0123456789ab-%d" % (os.getpid(), os.getpid() + 1)
+    for path in (orphan, kept):
+        open(path, "w").close()
+    try:
+        data, proc = run_script(tmp_path, ORPHANS, "fork", timeout=60)
+        assert data == {"exitcode": 0}, proc.stderr
+        assert not os.path.exists(orphan)
+        assert os.path.exists(kept)  # its parent (this process) lives
+    finally:
+        for path in (orphan, kept):
+            if os.path.exists(path):
+                os.unlink(path)

@@ -134,7 +134,8 @@ def test_a_worker_dying_at_any_instant_fails_only_its_task(method, tmp_path):
     data, proc = run_script(tmp_path, INSTANTS, method, timeout=240)
     assert data is not None and proc.returncode == 0, proc.stderr[-3000:]
     assert data["first"]["value"] == "[0, 2, 4, 6]"
-    assert data["idle"]["value"] == data["others"]["value"] == repr([2 * x for x in range(10)])
+    assert data["idle"]["value"] == data["others"]["value"] == repr([2 * x for x in range(10)]), \
+        data
     for instant in ("receiving", "unpickling", "running", "pickling", "sending",
                     "lost_before_close"):
         assert data[instant]["type"] == "WorkerLostError", (instant, data[instant])
