@@ -1,6 +1,10 @@
 """Shared helpers of the benchmarks: timing, statistics and markdown tables."""
 import gc
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 
 __all__ = ["Table", "interleaved", "median", "fmt_ms", "verdict"]
@@ -85,3 +89,40 @@ def print_tables(tables):
     for table in tables:
         print(table)
     return 1 if missed(tables) else 0
+
+
+class ServerChild(object):
+    """A child interpreter running ``source`` (``python -c``) in ``root`` with mpcompat on its
+    path (MPCOMPAT_DISABLE* unset) that times cases on request: one JSON line per request
+    (``"mode case n"``), one first as it is ready (:attr:`first`)."""
+
+    def __init__(self, source, root):
+        env = dict(os.environ)
+        for name in ("MPCOMPAT_DISABLE", "MPCOMPAT_DISABLED_PATCHES"):
+            env.pop(name, None)
+        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
+        self.proc = subprocess.Popen([sys.executable, "-c", source], env=env, cwd=root,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     universal_newlines=True)
+        self.first = self._read()
+
+    def _read(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the benchmark child exited (code %s)" % self.proc.wait())
+        return json.loads(line)
+
+    def time(self, mode, case, n):
+        """Seconds the child took for ``n`` runs of ``case`` in ``mode``."""
+        self.proc.stdin.write("%s %s %d\n" % (mode, case, n))
+        self.proc.stdin.flush()
+        return self._read()["seconds"]
+
+    def close(self):
+        """End the child (killed if it does not end within a minute)."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait()

@@ -9,9 +9,7 @@ at most 1.02x.
 Run: ``python benchmarks/bench_exit_evidence.py [--quick]`` or ``benchmarks/run.py
 exit_evidence``.
 """
-import json
 import os
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -19,7 +17,7 @@ ROOT = os.path.dirname(HERE)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from _common import print_tables, Table, fmt_ms, median, verdict  # noqa: E402
+from _common import ServerChild, print_tables, Table, fmt_ms, median, verdict  # noqa: E402
 
 PATCH = "multiprocessing.exit_evidence"
 TARGET = 1.02
@@ -82,44 +80,11 @@ CASES = [
 ]
 
 
-class _Server(object):
-    """The child interpreter that times the cases, switching the patch on and off in place."""
-
-    def __init__(self):
-        env = dict(os.environ)
-        for name in ("MPCOMPAT_DISABLE", "MPCOMPAT_DISABLED_PATCHES"):
-            env.pop(name, None)
-        env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
-        self.proc = subprocess.Popen([sys.executable, "-c", _SERVER], env=env, cwd=ROOT,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     universal_newlines=True)
-        self._read()
-
-    def _read(self):
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("the benchmark child exited (code %s)" % self.proc.wait())
-        return json.loads(line)
-
-    def time(self, mode, case, n):
-        self.proc.stdin.write("%s %s %d\n" % (mode, case, n))
-        self.proc.stdin.flush()
-        return self._read()["seconds"]
-
-    def close(self):
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=60)
-        except Exception:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def run(quick=False):
     """Time each case in the three modes of one child, interleaved; return a list of one
     Table."""
     rounds = 5 if quick else 15
-    server = _Server()
+    server = ServerChild(_SERVER, ROOT)
     try:
         table = Table("Healthy processes with patch %s vs without" % PATCH,
                       ["case", "without", "with", "ratio (best)", "ratio (paired median)",

@@ -12,9 +12,7 @@ machine. The ratio of the best rounds is reported with the median of the ratios 
 The verdict compares "with" against the slower of the two unpatched modes: at most 1.05x.
 Run: ``python benchmarks/bench_pool_hooks.py [--quick]`` or ``benchmarks/run.py pool_hooks``.
 """
-import json
 import os
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -22,7 +20,7 @@ ROOT = os.path.dirname(HERE)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from _common import print_tables, Table, fmt_ms, median, verdict  # noqa: E402
+from _common import ServerChild, print_tables, Table, fmt_ms, median, verdict  # noqa: E402
 
 PATCH = "multiprocessing.pool_workers"
 TARGET = 1.05
@@ -87,41 +85,6 @@ CASES = [
 ]
 
 
-class _Server(object):
-    """A child interpreter that keeps one Pool and times cases on request, switching the patch
-    on and off in place (one process: the scheduler's placement of it and its workers is the
-    same for both modes)."""
-
-    def __init__(self):
-        env = dict(os.environ)
-        for name in ("MPCOMPAT_DISABLE", "MPCOMPAT_DISABLED_PATCHES"):
-            env.pop(name, None)
-        env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
-        self.proc = subprocess.Popen([sys.executable, "-c", _SERVER], env=env, cwd=ROOT,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     universal_newlines=True)
-        self.state = self._read()["state"]
-
-    def _read(self):
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("the benchmark child exited (code %s)" % self.proc.wait())
-        return json.loads(line)
-
-    def time(self, mode, case, n):
-        self.proc.stdin.write("%s %s %d\n" % (mode, case, n))
-        self.proc.stdin.flush()
-        return self._read()["seconds"]
-
-    def close(self):
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=60)
-        except Exception:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def _paired(a, b):
     """The median of the per-round ratios a[i] / b[i]."""
     return median([x / y for x, y in zip(a, b)])
@@ -131,7 +94,7 @@ def run(quick=False):
     """Time each case in the three modes of one child, interleaved; return a list of one
     Table."""
     rounds = 5 if quick else 21
-    server = _Server()
+    server = ServerChild(_SERVER, ROOT)
     try:
         table = Table("Pool with patch %s vs without (fork Pool(2), success path)" % PATCH,
                       ["case", "without", "with", "ratio (best)", "ratio (paired median)",

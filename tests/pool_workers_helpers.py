@@ -140,6 +140,14 @@ def run_script(tmp_path, source, *args, **kwargs):
                              env=child_env(**kwargs), cwd=str(tmp_path), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, universal_newlines=True,
                              start_new_session=True)
+    proc = finish(child, timeout)
+    lines = [line for line in stdout.splitlines() if line.startswith(RESULT)]
+    return (json.loads(lines[-1][len(RESULT):]) if lines else None), proc
+
+
+def finish(child, timeout):
+    """Wait for ``child`` (started in a session of its own) at most ``timeout`` s, then kill
+    what is left of its process group; return the CompletedProcess (a timeout raises)."""
     try:
         stdout, stderr = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -149,9 +157,7 @@ def run_script(tmp_path, source, *args, **kwargs):
         if child.poll() is None:
             _kill_group(child)
     _kill_group(child, leftovers_only=True)
-    proc = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
-    lines = [line for line in stdout.splitlines() if line.startswith(RESULT)]
-    return (json.loads(lines[-1][len(RESULT):]) if lines else None), proc
+    return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
 
 
 def _kill_group(child, leftovers_only=False):

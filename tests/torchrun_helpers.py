@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from pool_workers_helpers import _kill_group
+from pool_workers_helpers import finish
 from testenv import TESTS, child_env
 
 SCRIPTS = os.path.join(TESTS, "torchrun", "scripts")
@@ -38,21 +38,6 @@ def start_torchrun(tmp_path, script, *torchrun_args, **kwargs):
     return subprocess.Popen(command, env=child_env(**kwargs), cwd=str(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             universal_newlines=True, start_new_session=True)
-
-
-def finish(child, timeout):
-    """Wait for ``child`` (from :func:`start_torchrun`) at most ``timeout`` s, then kill what is
-    left of its tree; return the CompletedProcess (a timeout raises)."""
-    try:
-        stdout, stderr = child.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(child)
-        raise
-    finally:
-        if child.poll() is None:
-            _kill_group(child)
-    _kill_group(child, leftovers_only=True)
-    return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
 
 
 def free_port():
