@@ -141,7 +141,7 @@ def run_script(tmp_path, source, *args, **kwargs):
                              stderr=subprocess.PIPE, universal_newlines=True,
                              start_new_session=True)
     proc = finish(child, timeout)
-    lines = [line for line in stdout.splitlines() if line.startswith(RESULT)]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT)]
     return (json.loads(lines[-1][len(RESULT):]) if lines else None), proc
 
 
