@@ -6,13 +6,11 @@ import os
 import subprocess
 import sys
 
-import pytest
+import distributed  # noqa: F401 (pinned for Python 3.11 only: .ci/test runs this file there)
 
 from pool_workers_helpers import _kill_group
 from testenv import REPO, child_env
 from torchrun_helpers import SCRIPTS
-
-pytest.importorskip("distributed")
 
 
 def _dask(mode, wait, **env):
