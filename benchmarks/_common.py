@@ -126,3 +126,35 @@ class ServerChild(object):
         except Exception:
             self.proc.kill()
             self.proc.wait()
+
+
+# The child side of a ServerChild that switches a patch (format with patch=name): with, the
+# patch applied; without and control, disabled (originals back), in place.
+SWITCH = r'''
+def switch(mode):
+    mpcompat.activate(disabled_patches=[] if mode == "with" else [%(patch)r])
+    state = {p.name: p.state for p in mpcompat.status().patches}[%(patch)r]
+    if state != ("applied" if mode == "with" else "disabled"):
+        raise RuntimeError("mode %%s: patch %%s" %% (mode, state))
+'''
+
+
+def patch_on_off_row(table, server, label, case, n, rounds, target):
+    """Time ``case`` in the modes with, without and control of ``server`` (a ServerChild whose
+    child switches a patch), ``rounds`` rounds in an order rotated by one per round; add the
+    row of ``table`` (columns: case, without, with, ratio (best), ratio (paired median), A/A
+    control (best), with / slower unpatched, target, result) and return the best times."""
+    names = ["with", "without", "control"]
+    times = {name: [] for name in names}
+    for round_no in range(rounds):
+        shift = round_no % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(server.time(name, case, n))
+    best = {name: min(t) for name, t in times.items()}
+    judged = best["with"] / max(best["without"], best["control"])
+    table.add(label, fmt_ms(best["without"]), fmt_ms(best["with"]),
+              "%.3f" % (best["with"] / best["without"]),
+              "%.3f" % median([a / b for a, b in zip(times["with"], times["without"])]),
+              "%.3f" % (best["control"] / best["without"]), "%.3f" % judged,
+              "<= %.2f" % target, verdict(judged <= target))
+    return best

@@ -17,7 +17,8 @@ ROOT = os.path.dirname(HERE)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from _common import ServerChild, print_tables, Table, fmt_ms, median, verdict  # noqa: E402
+from _common import (SWITCH, ServerChild, print_tables, Table,  # noqa: E402
+                     patch_on_off_row, verdict)
 
 PATCH = "multiprocessing.exit_evidence"
 TARGET = 1.02
@@ -25,14 +26,7 @@ TARGET = 1.02
 _SERVER = r'''
 import json, multiprocessing, sys, time
 import mpcompat
-
-
-def switch(mode):
-    mpcompat.activate(disabled_patches=[] if mode == "with" else [%(patch)r])
-    state = {p.name: p.state for p in mpcompat.status().patches}[%(patch)r]
-    if state != ("applied" if mode == "with" else "disabled"):
-        raise RuntimeError("mode %%s: patch %%s" %% (mode, state))
-
+%(switch)s
 
 def case(name, n):
     if name == "pool":  # a Pool's whole life: start, a map, close, join
@@ -70,7 +64,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-''' % {"patch": PATCH}
+''' % {"patch": PATCH, "switch": SWITCH % {"patch": PATCH}}
 
 CASES = [
     ("fork Pool(2): start, map 200 tasks, close, join; 10 in a row", "pool", 10),
@@ -91,21 +85,8 @@ def run(quick=False):
                        "A/A control (best)", "with / slower unpatched", "target", "result"])
         table_best = {}
         for label, case, n in CASES:
-            names = ["with", "without", "control"]
-            times = {name: [] for name in names}
-            for round_no in range(rounds):
-                shift = round_no % len(names)
-                for name in names[shift:] + names[:shift]:
-                    times[name].append(server.time(name, case, n))
-            best = {name: min(t) for name, t in times.items()}
-            table_best[case] = best["without"]
-            baseline = max(best["without"], best["control"])
-            table.add(label, fmt_ms(best["without"]), fmt_ms(best["with"]),
-                      "%.3f" % (best["with"] / best["without"]),
-                      "%.3f" % median([a / b for a, b in zip(times["with"], times["without"])]),
-                      "%.3f" % (best["control"] / best["without"]),
-                      "%.3f" % (best["with"] / baseline), "<= %.2f" % TARGET,
-                      verdict(best["with"] / baseline <= TARGET))
+            table_best[case] = patch_on_off_row(table, server, label, case, n, rounds,
+                                                TARGET)["without"]
         per_start = min(server.time("with", "snapshot", 1000) for _ in range(rounds)) / 1000
         per_process = table_best["process-fork"] / 100
         table.add("what a start adds (the counters read), per start", "", "%.1f us" % (

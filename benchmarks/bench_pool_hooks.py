@@ -20,7 +20,8 @@ ROOT = os.path.dirname(HERE)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from _common import ServerChild, print_tables, Table, fmt_ms, median, verdict  # noqa: E402
+from _common import (SWITCH, ServerChild, print_tables, Table,  # noqa: E402
+                     patch_on_off_row)
 
 PATCH = "multiprocessing.pool_workers"
 TARGET = 1.05
@@ -33,15 +34,7 @@ import mpcompat
 
 def double(x):
     return 2 * x
-
-
-def switch(mode):
-    """with: the patch applied; without and control: the patch disabled (originals back)."""
-    mpcompat.activate(disabled_patches=[] if mode == "with" else [%(patch)r])
-    state = {p.name: p.state for p in mpcompat.status().patches}[%(patch)r]
-    if state != ("applied" if mode == "with" else "disabled"):
-        raise RuntimeError("mode %%s: patch %%s" %% (mode, state))
-
+%(switch)s
 
 def main():
     mode = None
@@ -74,7 +67,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-''' % {"patch": PATCH}
+''' % {"patch": PATCH, "switch": SWITCH % {"patch": PATCH}}
 
 CASES = [
     ("10,000 tiny tasks, chunksize=1", "chunks1", 10000),
@@ -83,11 +76,6 @@ CASES = [
     ("Pool.apply round trips, 500 in a row", "apply", 500),
     ("apply_async, 2000 pending then get()", "async", 2000),
 ]
-
-
-def _paired(a, b):
-    """The median of the per-round ratios a[i] / b[i]."""
-    return median([x / y for x, y in zip(a, b)])
 
 
 def run(quick=False):
@@ -102,20 +90,7 @@ def run(quick=False):
         for label, case, n in CASES:
             if quick:
                 n = max(n // 4, 100)
-            names = ["with", "without", "control"]
-            times = {name: [] for name in names}
-            for round_no in range(rounds):
-                shift = round_no % len(names)
-                for name in names[shift:] + names[:shift]:
-                    times[name].append(server.time(name, case, n))
-            best = {name: min(t) for name, t in times.items()}
-            ratio = best["with"] / best["without"]
-            baseline = max(best["without"], best["control"])
-            table.add(label, fmt_ms(best["without"]), fmt_ms(best["with"]), "%.3f" % ratio,
-                      "%.3f" % _paired(times["with"], times["without"]),
-                      "%.3f" % (best["control"] / best["without"]),
-                      "%.3f" % (best["with"] / baseline), "<= %.2f" % TARGET,
-                      verdict(best["with"] / baseline <= TARGET))
+            patch_on_off_row(table, server, label, case, n, rounds, TARGET)
         table.notes.append("%d interleaved rounds per case in one child, a fresh fork Pool(2) "
                            "per measurement, warmed up, the patch switched on (with) and off "
                            "(without, control) in place; times: the best round of each mode; paired "

@@ -20,7 +20,7 @@ def run_user_script(tmp_path, source, *args, **kwargs):
     all), in ``tmp_path``, in a session of its own (a timeout kills its workers too). kwargs:
     ``timeout`` (s, default 120) and environment overrides. Returns ``(returncode, lines)``:
     stdout and stderr together, as they were written."""
-    from pool_workers_helpers import _kill_group
+    from pool_workers_helpers import finish
     timeout = kwargs.pop("timeout", 120)
     path = [REPO, TESTS] + ([STARTUP] if kwargs.pop("installed", True) else [])
     kwargs.setdefault("PYTHONPATH", os.pathsep.join(path))
@@ -31,11 +31,8 @@ def run_user_script(tmp_path, source, *args, **kwargs):
                              env=child_env(**kwargs), cwd=str(tmp_path), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, universal_newlines=True,
                              start_new_session=True)
-    try:
-        output, _ = child.communicate(timeout=timeout)
-    finally:
-        _kill_group(child, leftovers_only=child.poll() is not None)
-    return child.returncode, output.splitlines()
+    proc = finish(child, timeout)
+    return proc.returncode, proc.stdout.splitlines()
 
 
 def own_lines(lines):
