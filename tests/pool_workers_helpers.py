@@ -30,6 +30,13 @@ def open_db(path):
         pass
 
 
+def log_pid_then_open_db(log, path):
+    """:func:`open_db`, after appending this process's pid to the file ``log`` (a line)."""
+    with open(log, "a") as f:
+        f.write("%d\n" % os.getpid())
+    open_db(path)
+
+
 def take_slot(path):
     """An initializer that only the first worker passes: it creates ``path``; the others fail
     with FileExistsError while it exists."""
@@ -235,9 +242,12 @@ def result_that_dies_when_pickled(x):
     return DieWhenPickled()
 
 
-def big_result_then_die(size, wait, delay):
+def big_result_then_die(size, wait, delay, started=None):
     """A task that returns ``size`` bytes after ``wait`` s, and SIGKILLs its worker ``delay`` s
-    later, while it sends them (when the parent does not read meanwhile, the send blocks)."""
+    later, while it sends them (when the parent does not read meanwhile, the send blocks);
+    it creates the file ``started`` (if given) as it starts."""
+    if started:
+        open(started, "w").close()
     threading.Timer(wait + delay, _kill_me).start()
     time.sleep(wait)
     return b"x" * size

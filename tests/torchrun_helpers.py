@@ -20,8 +20,9 @@ LOCAL_ADDR = [] if __import__("torch").__version__.startswith("1.") else [
 def torchrun(tmp_path, script, *torchrun_args, **kwargs):
     """Run ``scripts/<script>`` under torchrun (2 ranks on this node unless ``torchrun_args``
     say otherwise), in ``tmp_path``, logs in ``tmp_path/logs``. kwargs: ``timeout`` (s, default
-    180), ``script_args`` and environment overrides. Returns the CompletedProcess; a timeout
-    raises (the tree is killed first)."""
+    180), ``script_args``, ``prefix`` (a command that runs the rest: ``unshare ...``) and
+    environment overrides. Returns the CompletedProcess; a timeout raises (the tree is killed
+    first)."""
     timeout = kwargs.pop("timeout", 180)
     return finish(start_torchrun(tmp_path, script, *torchrun_args, **kwargs), timeout)
 
@@ -29,9 +30,10 @@ def torchrun(tmp_path, script, *torchrun_args, **kwargs):
 def start_torchrun(tmp_path, script, *torchrun_args, **kwargs):
     """Start what :func:`torchrun` runs; return the Popen (in a session of its own)."""
     script_args = [str(a) for a in kwargs.pop("script_args", ())]
+    prefix = list(kwargs.pop("prefix", ()))
     kwargs.setdefault("OMP_NUM_THREADS", "1")
     args = list(torchrun_args) or ["--standalone", "--nproc_per_node=2"]
-    command = [sys.executable, "-m", "mpcompat", "run", "--", sys.executable, "-m",
+    command = prefix + [sys.executable, "-m", "mpcompat", "run", "--", sys.executable, "-m",
                "torch.distributed.run"] + LOCAL_ADDR + args + [
         "--log_dir=%s" % os.path.join(str(tmp_path), "logs"),
         os.path.join(SCRIPTS, script)] + script_args

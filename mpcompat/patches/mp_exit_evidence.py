@@ -8,15 +8,16 @@ forkserver reaps its own children and sends only their exit status: ``popen_fork
 .poll`` notes the end, without the peak.
 
 Runs in the Pool's and executors' threads that start and reap workers (the fork rule): all it
-needs is imported here (``os.wait4`` imports ``resource`` at its first call).
+needs is imported with the patch (``os.wait4`` imports ``resource`` at its first call), but in a
+spawn child starting up, which applies it too and starts no child: there, as it starts its
+first child (``__init__``, in the thread that makes the Pool or the executor, before their
+threads start).
 """
 import functools
 import os
-import resource  # noqa: F401  (os.wait4 imports it: here, not in a Pool's thread)
 
 from mpcompat.patches import NotNeeded
 from mpcompat.patching.patcher import Patcher
-from mpcompat.workers import memory_evidence
 from mpcompat.workers.user_frames import drop_own_frames
 
 patcher = Patcher()
@@ -25,6 +26,8 @@ patcher = Patcher()
 def _init(original):
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):
+        import resource  # noqa: F401  (for os.wait4 in poll: not first in a Pool's thread)
+        from mpcompat.workers import memory_evidence
         try:
             before = memory_evidence.snapshot()
         except Exception:
@@ -65,6 +68,7 @@ def _forkserver_poll(original):
 
 
 def _reaped(pid, code, rusage, reaper):
+    from mpcompat.workers import memory_evidence  # imported as the child started
     try:
         memory_evidence.reaped(pid, code, rusage, reaper)
     except Exception:
@@ -82,6 +86,10 @@ def apply(module):
         return
     patcher.replace(cls, "__init__", _init(patcher.original(cls, "__init__")))
     patcher.replace(cls, "poll", poll)
+    from mpcompat.workers.child_failures import spawn_child_starting
+    if not spawn_child_starting():
+        import resource  # noqa: F401
+        from mpcompat.workers import memory_evidence  # noqa: F401
 
 
 def revert(module):

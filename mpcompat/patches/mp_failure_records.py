@@ -26,7 +26,7 @@ import sys
 
 from mpcompat.patching.patcher import Patcher
 from mpcompat.workers import child_failures, crash_stacks  # here: Pool helper threads start
-from mpcompat.workers.user_frames import without_own_frames
+from mpcompat.workers.user_frames import explained, without_own_frames
 
 patcher = Patcher()
 # Targets whose owners name a dead worker's cause in their own error.
@@ -222,6 +222,7 @@ def forkserver_died(exc, pid):
                          "\"__main__\":`." % (line, os.path.basename(path)))
         import textwrap
         add_note(exc, textwrap.fill(PREFIX + text, 100))
+        explained(exc)
     except Exception:
         pass
 
@@ -294,6 +295,8 @@ def apply(module):
         patcher.replace(cls, "join", _join(patcher.original(cls, "join")))
         patcher.replace(cls, "is_alive", _is_alive(patcher.original(cls, "is_alive")))
         patcher.replace(cls, "_bootstrap", _bootstrap(patcher.original(cls, "_bootstrap")))
+        if not child_failures.spawn_child_starting():
+            import mpcompat.workers.exits  # noqa: F401  (what describe() needs, in a parent)
         return
     for name, wrap in (("get_preparation_data", _get_preparation_data),
                        ("prepare", _staged("preparing to run what its parent sent", hear=True)),

@@ -27,7 +27,6 @@ from multiprocessing.reduction import ForkingPickler
 from mpcompat.patches import Skip
 from mpcompat.patching.patcher import Patcher
 from mpcompat.workers import child_failures, pool_channels
-from mpcompat.workers.exits import dead_lines, describe_exit
 from mpcompat.workers.user_frames import (format_trimmed, innermost_user_frame,
                                           without_own_frames)
 
@@ -35,7 +34,7 @@ __all__ = ["GRACE", "MIN_FAILURES", "apply", "revert"]
 
 GRACE = 3.0       # seconds of nothing but start-up failures before a pool breaks
 MIN_FAILURES = 3  # and at least max(MIN_FAILURES, processes) of them in a row
-TASK_STAGE = "running a task"
+TASK_STAGE, WAITING = "running a task", "waiting for a task"
 FDS_PER_WORKER = 3  # the standard library's two (a Process's sentinel and pipe end), a channel
 # What the patch replaces on Pool, and how Pool binds it (None: a plain method).
 _HOOKED = {"_setup_queues": None, "_repopulate_pool": None,
@@ -74,8 +73,9 @@ class _Tasks(object):
 
     def get(self):
         """The next task (None: stop)."""
+        self.what = WAITING
         if not self.asked:
-            self.asked, self.what = True, "waiting for a task"
+            self.asked = True
             self.conn.send_bytes(pool_channels.READY)
         while True:
             data = self.conn.recv_bytes()
@@ -87,6 +87,15 @@ class _Tasks(object):
             if task is not None:
                 self.what, this_thread.task = TASK_STAGE, task[2]
             return task
+
+    def leaving(self):
+        """This worker ends of an exception no task raised (Ctrl-C): waiting for a task, it
+        started none of those sent to it; the parent gives them to other workers."""
+        if self.what == WAITING:
+            try:
+                self.conn.send_bytes(pool_channels.IDLE)
+            except Exception:
+                pass
 
     def put(self, obj):
         """Send a result (the parent knows which task it answers). A parent that closed the
@@ -126,27 +135,29 @@ def _make_worker(original):
         except Exception as exc:
             failed = exc
         except BaseException as exc:
-            child_failures.record(exc, what=tasks.what)
-            raise
+            tasks.leaving()
+            if isinstance(exc, SystemExit):
+                child_failures.record(exc, what=tasks.what)
+                raise
+            failed = exc  # Ctrl-C: printed as Process._bootstrap prints it, but our frames
         _worker_failed(failed, tasks)
     return worker
 
 
 def _worker_failed(exc, tasks):
-    """``exc`` ends this worker: record it for the parent, print one line when the parent
-    reports it (a start-up failure, told once for all the workers that fail alike), else the
-    traceback without mpcompat's frames, and exit with code 1."""
-    from mpcompat.diagnose.notes import told_parent
+    """``exc`` ends this worker: record it for the parent, and exit with code 1. A start-up
+    failure the parent has is told by the parent, once for the workers that fail alike
+    (:func:`_say_start_failure`); any other error prints its traceback, without mpcompat's
+    frames."""
     where = innermost_user_frame(exc.__traceback__)
     where = "%s, line %d, in %s" % where if where else None
     starting = not tasks.asked
     parent = child_failures.record(
         exc, what=tasks.what + (" at " + where if where and starting else ""))
     if parent is not None and starting:
-        text = told_parent(exc, parent, where)
-    else:
-        import multiprocessing
-        text = "Process %s:\n%s" % (multiprocessing.current_process().name, format_trimmed(exc))
+        raise SystemExit(1)
+    import multiprocessing
+    text = "Process %s:\n%s" % (multiprocessing.current_process().name, format_trimmed(exc))
     try:
         sys.stderr.write(text)
         sys.stderr.flush()
@@ -160,17 +171,28 @@ def _worker_failed(exc, tasks):
 def _parent_side():
     """Import what the Pool's handler threads need below: called as a Pool is made, in the
     user's thread, before the Pool's threads start (the fork rule); not when the patch applies,
-    since every spawn worker applies it as it starts, and needs none of it."""
+    since every spawn worker applies it as it starts, and needs none of it (the exit evidence,
+    which a process that is not a spawn child starting up loads with the patch)."""
     import mpcompat.diagnose.notes  # noqa: F401
     import mpcompat.errors  # noqa: F401
+    import mpcompat.workers.exits  # noqa: F401
+
+
+def _workers_speak(ctx):
+    """Whether the Pool's workers run mpcompat from their start (and say when they are ready):
+    fork children do; spawn and forkserver children where mpcompat starts with every
+    interpreter (installed), not where the parent imported it."""
+    boot = sys.modules.get("_mpcompat_bootstrap")
+    return ctx.get_start_method() == "fork" or getattr(boot, "outcome", None) == "activated"
 
 
 class _Starts(object):
     """A pool's workers that failed while starting, in a row: ``failures`` (pid, exit code,
-    record or None), ``since`` (time, tasks answered) at the first of them."""
+    record or None), ``since`` (time, tasks answered) at the first of them; ``said``: the last
+    failure told on stderr (:func:`_say_start_failure`)."""
 
     def __init__(self):
-        self.failures, self.since = [], None
+        self.failures, self.since, self.said = [], None, None
 
     def count(self, dispatcher, process, record, starting):
         """Worker ``process`` died, while ``starting`` or not."""
@@ -200,6 +222,7 @@ def _should_break(starts, processes, dispatcher):
 def _reaped(dispatcher, starts, process, processes):
     """Worker ``process`` exited and was joined (in the worker handler): settle its tasks,
     count it if it died while starting, break the pool by the rule."""
+    from mpcompat.diagnose.notes import cannot_pass  # imported already (_parent_side)
     w = dispatcher.reaped(process)
     if w is None:
         return
@@ -211,14 +234,42 @@ def _reaped(dispatcher, starts, process, processes):
     dispatcher.resolve(w, None if starting else functools.partial(_lost, process, record,
                                                                    w.ready))
     starts.count(dispatcher, process, record, starting)
+    if starting and not (record and cannot_pass(record)):
+        _say_start_failure(starts, process, record)
     if dispatcher.broken is None and _should_break(starts, processes, dispatcher):
         dispatcher.break_(_broken(starts.failures, time.monotonic() - starts.since[0]))
         starts.failures = []
 
 
+def _say_start_failure(starts, process, record):
+    """A start-up failure on one line of the parent's stderr as it happens, unless the last one
+    told failed alike: a Pool nobody waits on never fails in silence, and workers that fail
+    alike print nothing. (A bootstrap error every worker would fail with is printed by its
+    workers, and breaks the Pool at once.) ``os.write``: no lock taken in the worker handler
+    (the fork rule)."""
+    from mpcompat.diagnose.notes import PREFIX  # imported already (_parent_side)
+    from mpcompat.workers.exits import describe_exit
+    if record is not None:
+        error = " ".join(record["error"].strip().split("\n\n", 1)[0].split())
+        cause = "failed while starting: %s%s" % (
+            error, " (while %s)" % record["what"] if record["what"] else "")
+    else:
+        cause = "died while starting (%s)" % describe_exit(process.exitcode, process.pid)
+    if cause == starts.said:
+        return
+    starts.said = cause
+    line = "%sPool worker process %d %s; the Pool starts another, and its waits report the " \
+        "workers that fail alike\n" % (PREFIX, process.pid, cause)
+    try:
+        os.write(2, line.encode("utf-8", "backslashreplace"))
+    except OSError:
+        pass
+
+
 def _lost(process, record, ready):
     from mpcompat.diagnose.notes import PREFIX, add_note  # imported already (_parent_side)
     from mpcompat.errors import WorkerLostError
+    from mpcompat.workers.exits import dead_lines, describe_exit
     # The consequence in the message, the evidence in the note: one form, with or without it.
     exc = WorkerLostError("the Pool worker process %d died %s (%s). The task's result is lost; "
                           "the Pool goes on with a new worker." % (
@@ -235,6 +286,7 @@ def _broken(failures, seconds):
     """The function that makes the BrokenPool of each task of a broken pool."""
     from mpcompat.diagnose.notes import PREFIX, add_note  # imported already (_parent_side)
     from mpcompat.errors import BrokenPool
+    from mpcompat.workers.exits import describe_exit
     pids, codes, records = (list(column) for column in zip(*failures))
     shown = ", ".join(str(p) for p in pids[:8]) + (", ..." if len(pids) > 8 else "")
     exits = ", ".join(sorted(set(map(describe_exit, codes, pids))))
@@ -352,7 +404,8 @@ def _hooks(original, module):
         # A process pool's pipe (not a ThreadPool's queue, nor a test's mock context's)
         if isinstance(getattr(self._outqueue, "_reader", None), Connection):
             _parent_side()
-            dispatcher = pool_channels.Dispatcher(self._outqueue, _unreadable)
+            dispatcher = pool_channels.Dispatcher(self._outqueue, _unreadable,
+                                                  _workers_speak(self._ctx))
             dispatcher.starts = _Starts()
             self._quick_put, self._quick_get = dispatcher.put, dispatcher.get
 
@@ -495,6 +548,8 @@ def apply(module):
     if sys.version_info < (3, 11):
         patcher.replace(encoding, "__str__", _showing_notes(patcher.original(encoding,
                                                                              "__str__")))
+    if not child_failures.spawn_child_starting():
+        import mpcompat.workers.exits  # noqa: F401  (a parent's; not a spawn worker's)
 
 
 def revert(module):

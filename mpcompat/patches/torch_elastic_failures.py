@@ -7,10 +7,14 @@ its ``message`` is only "Signal 9 (SIGKILL) received by PID ..." or "To enable t
 the rank, from what was measured (``mpcompat.workers.exits``: the OOM killer or another sender
 of SIGKILL, the exit code's meaning) and, for a function entrypoint (``elastic_launch``), the
 cause mpcompat noted on the error torch caught from the rank (a start-up failure, its fix).
-A rank whose error says that a peer is gone failed because another one did: it is dated a
+A rank started as a script (not ``multiprocessing``'s) arms the crash file the agent names in
+the environment it inherits (``mpcompat.workers.crash_stacks``): a native crash is named with
+the rank's Python stack. A rank whose error says that a peer is gone failed because another one
+did: it is dated a
 second after the agent learnt it, so that the summary's root cause (the earliest failure, dates
 in whole seconds, the agent's own date for a rank without a file) is the rank that died first.
 """
+import os
 import sys
 import time
 
@@ -18,6 +22,7 @@ from mpcompat.patching.patcher import Patcher
 from mpcompat.patches import Skip
 
 patcher = Patcher()
+_agent = []  # in the agent: the OOM counters read as the patch applied, before any rank started
 NO_FILE = "<N/A>"  # torch's ProcessFailure.error_file when the rank wrote none
 # What gloo and NCCL raise in a rank whose peer died.
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer",
@@ -41,6 +46,9 @@ def cause_lines(failure):
     notes = _caught_notes(failure.pid)
     if notes:
         return notes
+    if _agent:
+        from mpcompat.workers import memory_evidence
+        memory_evidence.assume_started(failure.pid, _agent[0])
     return ["mpcompat: local rank %s (pid %s) ended: %s." % (
         failure.local_rank, failure.pid, describe_exit(failure.exitcode, failure.pid))] + \
         dead_lines(failure.exitcode, None, pid=failure.pid)
@@ -64,6 +72,8 @@ def _post_init(original):
                 self.timestamp = max(self.timestamp, int(time.time()) + 1)
         except Exception:  # the summary goes on with torch's own words
             pass
+        from mpcompat.workers import crash_stacks
+        crash_stacks.joined(self.pid, self.exitcode)  # the empty file of a rank killed
     __post_init__.__wrapped__ = original
     return __post_init__
 
@@ -74,6 +84,10 @@ def apply(module):
     cls = module.__dict__.get("ProcessFailure")
     if cls is None or not callable(cls.__dict__.get("__post_init__")):
         raise Skip("torch's ProcessFailure has no __post_init__()")
+    if "TORCHELASTIC_ERROR_FILE" not in os.environ:  # not in a rank: maybe the agent
+        from mpcompat.workers import crash_stacks, memory_evidence
+        crash_stacks.share_with_children()
+        _agent[:] = [memory_evidence.snapshot()]
     patcher.replace(cls, "__post_init__", _post_init(patcher.original(cls, "__post_init__")),
                     target=module.__name__)
 

@@ -13,8 +13,9 @@ other connection unread, and never waits for a slow sender. On Linux the socket 
 elsewhere on Unix it is a file in a private directory removed at exit; Windows has no channel.
 
 The parent's side runs in the helper threads of Pools and executors: all it needs is imported
-here, never in them (a fork child made meanwhile would inherit the held import lock). Nothing
-runs at import.
+here, or with the patches (:mod:`mpcompat.workers.exits`, but in a spawn child starting up,
+which needs none of it: :func:`spawn_child_starting`), never in them (a fork child made meanwhile would inherit the held import
+lock). Nothing runs at import.
 """
 import atexit
 import collections
@@ -25,10 +26,9 @@ import sys
 import threading
 import time
 
-from mpcompat.workers.exits import record_lines
 
-__all__ = ["listen", "address", "heard_from_parent", "record", "starting", "started", "take",
-           "forget", "discard", "note_for", "describe"]
+__all__ = ["listen", "address", "heard_from_parent", "record", "spawn_child_starting",
+           "starting", "started", "take", "forget", "discard", "note_for", "describe"]
 
 PREFIX = "mpcompat: "
 KEY = "mpcompat_failure_channel"  # in the preparation data of spawn and forkserver children
@@ -185,6 +185,17 @@ def _clip(text, size):
 
 
 # --- the parent side ---------------------------------------------------------------------------
+
+def spawn_child_starting():
+    """Whether this process is a spawn or forkserver child that has not run its target yet: it
+    needs none of a parent's side (:mod:`mpcompat.workers.exits`), which the patches load in
+    every other process (``--multiprocessing-fork`` in the argv until ``spawn.prepare`` sets the
+    parent's, then ``_inheriting`` while it unpickles its process object)."""
+    if sys.argv[1:2] == ["--multiprocessing-fork"]:
+        return True
+    process = sys.modules.get("multiprocessing.process")
+    return bool(process and getattr(process.current_process(), "_inheriting", False))
+
 
 def starting():
     """Just before starting a child: until the matching :func:`started`, a connection from a
@@ -371,6 +382,7 @@ def describe(records, what, tally=False):
     line for each child that failed the same way, or with ``tally``, their count and the whole
     error (else up to its first blank line, on one line: the bootstrapping-phase error spans
     fifteen indented lines)."""
+    from mpcompat.workers import exits  # loaded already, but in a spawn child starting up
     alike = {}
     for rec in records:
         alike.setdefault((rec["error"], tuple(rec["notes"]), rec["what"]), []).append(rec)
@@ -378,7 +390,8 @@ def describe(records, what, tally=False):
     for first, *others in alike.values():
         if not tally:
             first = dict(first, error=" ".join(first["error"].strip().split("\n\n", 1)[0].split()))
-        lines = record_lines("%s (pid %d) failed while starting: " % (what, first["pid"]), first)
+        lines = exits.record_lines("%s (pid %d) failed while starting: " % (what, first["pid"]),
+                                   first)
         if tally and others:
             lines.append("(%d more workers failed the same way)" % len(others))
         elif not tally:

@@ -10,6 +10,10 @@ that ended otherwise without a stack (a signal, ``os._exit``) has its empty file
 is joined (:func:`joined`); the parent removes a crash's file as it reads it
 (:func:`crash_lines`), and those left when it exits.
 
+A torchrun agent starts its ranks with ``subprocess``, not ``multiprocessing``: it puts the
+path of their crash files but the pid in its environment (:func:`share_with_children`), and a
+rank arms its file from there as mpcompat activates in it (:func:`arm_inherited`).
+
 Handlers installed before are chained: faulthandler restores the handler it found and raises
 the signal again. torch installs its own handlers in a DataLoader worker after this start (and
 they chain to nothing): faulthandler is enabled again after them (:func:`_chain_after_torch`). A
@@ -19,14 +23,16 @@ one file, and the program asked for its dump there.
 
 The parent's side runs in the helper threads of Pools and executors: it imports nothing.
 """
+import atexit
 import faulthandler
 import os
 import signal
 import sys
 
-__all__ = ["crash_lines", "user_faulthandler_on"]
+__all__ = ["crash_lines", "user_faulthandler_on", "share_with_children", "arm_inherited"]
 
 KEY = "mpcompat_crash_file"  # in a child's process object's _config: its file's path but the pid
+ENV = "MPCOMPAT_CRASH_FILES"  # the same, in the environment a torchrun agent gives its ranks
 _FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) |
           getattr(os, "O_CLOEXEC", 0))
 # all_threads=False (the crashing thread's stack), and from 3.14 c_stack=False: the parent
@@ -65,11 +71,25 @@ def prepare(process):
     """Before ``process`` starts: name in it the path of its crash file, but its pid. Never
     raises."""
     try:
-        if _state.owner != os.getpid():
-            _state.prefix, _state.owner = _new_prefix(), os.getpid()
-        process._config[KEY] = _state.prefix
+        process._config[KEY] = _prefix()
     except Exception:
         pass
+
+
+def share_with_children():
+    """In a parent whose children are not ``multiprocessing``'s (torchrun's agent): name the
+    path of their crash files, but their pid, in ``os.environ``, which they inherit. Never
+    raises."""
+    try:
+        os.environ[ENV] = _prefix()
+    except Exception:
+        pass
+
+
+def _prefix():
+    if _state.owner != os.getpid():
+        _state.prefix, _state.owner = _new_prefix(), os.getpid()
+    return _state.prefix
 
 
 def _new_prefix():
@@ -250,14 +270,29 @@ def user_faulthandler_on():
 
 def arm(process):
     """In a child as it starts (``process``: its process object): point faulthandler at its
-    crash file, unless the program's own faulthandler is on. Never
-    raises."""
+    crash file, unless the program's own faulthandler is on. Never raises."""
+    try:
+        prefix = process._config.get(KEY)
+        if prefix is not None:
+            _arm(prefix)
+    except Exception:
+        pass
+
+
+def arm_inherited():
+    """In a process started by a parent that shared its crash files' path
+    (:func:`share_with_children`: a torchrun rank): arm as :func:`arm` does; the file goes at
+    exit. Never raises."""
+    prefix = os.environ.get(ENV)
+    if prefix:
+        _arm(prefix)
+        atexit.register(disarm)
+
+
+def _arm(prefix):
     # One flat function: a fresh fork child pays a copy-on-write fault for each page it
     # first writes, object reference counts included, so every object touched here costs.
     try:
-        prefix = process._config.get(KEY)
-        if prefix is None:
-            return
         pid = os.getpid()
         path = prefix + str(pid)
         armed = _state.armed  # a fork child inherits its parent's, and its descriptor

@@ -68,6 +68,14 @@ def started(pid, before):
         pass
 
 
+def assume_started(pid, before):
+    """Worker ``pid`` started where mpcompat did not see it (a torchrun rank, which its agent
+    starts with ``subprocess``), after ``before`` (what :func:`snapshot` returned) at the
+    latest: its counters are compared from there. Nothing changes for a worker known."""
+    if pid not in _workers:
+        started(pid, before)
+
+
 def reaped(pid, exitcode, rusage=None, reaper="this process"):
     """Worker ``pid`` ended with ``exitcode`` and was reaped by ``reaper`` (``rusage``: what
     ``os.wait4`` gave); after a SIGKILL, the counters are read now."""

@@ -14,17 +14,24 @@ import select
 import socket
 import struct
 import threading
+import time
 import types
 import weakref
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 
-__all__ = ["SMALL", "STARTED", "READY", "Dispatcher", "dispatcher_of", "close_inherited"]
+__all__ = ["SMALL", "STARTED", "READY", "IDLE", "Dispatcher", "dispatcher_of",
+           "close_inherited"]
 
 # Bytes: a task this small may wait in a busy worker's channel (one at most); put() waits while
 # more than this waits in the parent for room in a worker.
 SMALL = 64 * 1024
-STARTED, READY = b"s", b"r"  # what a worker says besides results: as it starts; when ready
+# What a worker says besides results: as it starts; when ready; as it dies waiting for a task
+# (of an exception no task raised: Ctrl-C), having started none of those sent to it.
+STARTED, READY, IDLE = b"s", b"r", b"i"
+# Seconds after its first worker started within which a Pool whose workers all run without
+# mpcompat (they never say STARTED) sends tasks only to workers that said READY.
+UNHEARD = 2.0
 _PARENT = object()  # in Dispatcher.results: a message of the parent's own threads
 _HEADER, _BIG = struct.Struct("!i"), struct.Struct("!Q")  # multiprocessing.connection's framing
 _END = ForkingPickler.dumps(None).tobytes()  # "no more tasks"
@@ -53,25 +60,31 @@ def close_inherited():
 
 class _Worker(object):
     """The parent's view of one worker: its end of the channel, the tasks sent and not answered
-    (``(job, index, pickled task)``, oldest first), what it said, what waits to be written."""
+    (``(job, index, pickled task)``, oldest first), what it said, what waits to be written;
+    ``unsent``: how many of the newest pending tasks could not be written (it had closed its
+    end); ``reset``: it closed its end with bytes unread (at least the newest task); ``idle``: it
+    said it died waiting for a task, having started none."""
 
     def __init__(self, sock):
         self.sock = sock
         self.pending, self.outbox = collections.deque(), collections.deque()
         self.buffer = bytearray()
-        self.sent = 0
+        self.sent = self.unsent = 0
         self.started = self.ready = self.closing = self.writing = self.eof = self.dead = False
+        self.idle = self.reset = False
 
 
 class Dispatcher(object):
     """A process Pool's side of its workers' channels: ``put`` is its task handler's
     ``Pool._quick_put``, ``get`` its result handler's ``Pool._quick_get``."""
 
-    def __init__(self, outqueue, unreadable):
-        # unreadable(data, exc): the error of a task whose result cannot be unpickled
+    def __init__(self, outqueue, unreadable, speaking=True):
+        # unreadable(data, exc): the error of a task whose result cannot be unpickled;
+        # speaking: whether the workers are expected to say STARTED and READY
         self.reader, self.unreadable = outqueue._reader, unreadable
         self.lock = threading.Lock()
         self.room = threading.Condition(self.lock)  # put() waits on it for room in the queue
+        self.written = threading.Condition(self.lock)  # a thread stopped writing to a worker
         self.workers = {}  # Process -> _Worker, until reaped
         self.socks = set()  # the parent's ends still open
         # the tasks waiting for room in a worker, and their size: the dead workers' that never
@@ -83,6 +96,11 @@ class Dispatcher(object):
         self.maxtasks, self.broken = None, None  # broken: makes the error of every task
         self.ending = self.terminated = self.waiting = False
         self.answered = 0
+        # Tasks go to ready workers only (the first worker ready takes what waits, as from the
+        # standard library's shared pipe), unless the workers are ``silent``: not expected to
+        # speak, or none said STARTED within UNHEARD seconds of ``since`` (the first worker's
+        # start); then to any worker.
+        self.since, self.heard, self.silent = None, False, not speaking
         self.version = 0  # the set of channels to read changed
         self.wake = socket.socketpair()  # wakes the result handler
         self.wake[1].setblocking(False)
@@ -114,6 +132,8 @@ class Dispatcher(object):
         handler reads the new channels)."""
         with self.lock:
             self.workers[process] = _Worker(sock)
+            if self.since is None:
+                self.since = time.monotonic()
             self.version += 1
             self._pump()
         if self.todo:
@@ -145,11 +165,22 @@ class Dispatcher(object):
         """Settle the tasks dead worker ``w`` held: the oldest fails with ``error()`` (None: it
         never started), the others go to other workers (or fail, once broken)."""
         with self.lock:
+            # A write to it in progress fails now (reaped() shut its channel down): wait for
+            # the writer to count it unsent, a failed write may have taken the ECONNRESET.
+            deadline = time.monotonic() + 2.0
+            while w.writing and time.monotonic() < deadline:
+                self.written.wait(0.1)
             lost = list(w.pending)
             w.pending.clear()
-            if error is not None and lost:
-                job, index, _ = lost.pop(0)
+            # A worker that spoke started none of the tasks it never read; one that never said
+            # it was ready fails the oldest (else a pool whose workers die silently would
+            # resend it for ever).
+            unread = max(w.unsent, int(w.reset))
+            started = [] if w.idle else lost[:max(0, len(lost) - unread)] if w.ready else lost
+            if error is not None and started:
+                job, index, _ = started[0]
                 self.results.append((job, index, (False, error())))
+                lost.pop(0)
             self.queue.extendleft(reversed(lost))
             self.queued += sum(len(entry[2]) for entry in lost)
             if self.broken is not None:
@@ -224,19 +255,22 @@ class Dispatcher(object):
                 self.queued += len(data)
             if len(self.queue) <= 1:  # else no worker has room (the queue would be empty)
                 self._pump()
+            undecided = self.queue and not (self.heard or self.silent)
+        if undecided:  # the result handler times the wait for a first STARTED
+            self.wake_up()
         if self.todo:
             self._write_out()
         return None
 
     def _pump(self, workers=None):
         """Send the queued tasks where there is room (in ``workers``, default all): to idle
-        workers first, then one more to each busy worker if it is small (at most SMALL bytes);
-        after the last task, None to each idle worker."""
+        ready workers first, then one more to each busy worker if it is small (at most SMALL
+        bytes); after the last task, None to each idle worker."""
         queue = self.queue
         if queue and self.broken is None and not self.terminated:
             for most in (1, 2):
                 for w in workers or self.workers.values():
-                    if w.closing or w.eof:
+                    if w.closing or w.eof or not (w.ready or self.silent):
                         continue
                     while queue and len(w.pending) < most and (
                             most == 1 or len(queue[0][2]) <= SMALL) and not (
@@ -277,12 +311,15 @@ class Dispatcher(object):
                     if w.dead or not w.outbox:
                         w.outbox.clear()
                         w.writing = False
+                        self.written.notify_all()
                         break
                     data = w.outbox.popleft()
                 try:
                     _send(w.sock, data)
                 except OSError:  # the worker is gone: its death settles its tasks
-                    pass
+                    if data is not _END:
+                        with self.lock:
+                            w.unsent += 1
 
     # --- receiving (the result handler) ------------------------------------------------------
 
@@ -305,7 +342,17 @@ class Dispatcher(object):
         if self._seen != self.version:
             self._follow()
         wake, reader = self._fds
-        for fd, _ in self._poll.poll():
+        left = None
+        if self.queue and not (self.heard or self.silent) and self.since is not None:
+            left = max(0.0, self.since + UNHEARD - time.monotonic())
+        events = self._poll.poll(None if left is None else left * 1000 + 1)
+        if left is not None and time.monotonic() >= self.since + UNHEARD:
+            with self.lock:
+                self.silent = not self.heard
+                self._pump()
+            if self.todo:
+                self._write_out()
+        for fd, _ in events:
             if fd == wake:
                 self.wake[0].recv(4096)
             elif fd == reader:
@@ -340,6 +387,8 @@ class Dispatcher(object):
                 size = w.sock.recv_into(self._chunk, 0, socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 return
+            except ConnectionResetError:  # it exited with a task in its channel, unread
+                w.reset, size = True, 0
             except OSError:
                 size = 0
             if not size:
@@ -352,9 +401,14 @@ class Dispatcher(object):
 
     def _heard(self, w, body):
         if body == STARTED:
-            w.started = True
+            w.started = self.heard = True
+            self.silent = False
         elif body == READY:
             w.ready = True
+            if self.queue:
+                self._pump((w,))
+        elif body == IDLE:
+            w.idle = True
         elif w.pending:
             job, index, _ = w.pending.popleft()
             self.answered += 1

@@ -241,12 +241,16 @@ def outcome(call):
         return {"type": type(exc).__name__,
                 "text": "".join(traceback.format_exception_only(type(exc), exc))}
 
+def with_initializer(ctx):
+    # the Pool may be broken before its with block starts (the workers fail at once)
+    with ctx.Pool(2, initializer=setup) as pool:
+        return pool.map_async(abs, range(3)).get(60)
+
 ctx = multiprocessing.get_context(sys.argv[1])
 data = {}
 with ctx.Pool(2) as pool:
     data["task"] = outcome(lambda: pool.map(double, range(3)))
-with ctx.Pool(2, initializer=setup) as pool:
-    data["initializer"] = outcome(lambda: pool.map_async(abs, range(3)).get(60))
+data["initializer"] = outcome(lambda: with_initializer(ctx))
 print("RESULT " + json.dumps(data))
 '''
 

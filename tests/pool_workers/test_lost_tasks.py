@@ -5,6 +5,7 @@ unpickle fails with the main-guard note; the Pool goes on. Without the patch eac
 (the scenario's own wait times out). Every scenario runs in a child bounded by a timeout."""
 import pytest
 
+from one_report_helpers import own_lines
 from pool_workers_helpers import flat, run_script
 from testenv import missing_in_main
 
@@ -145,6 +146,10 @@ def test_a_caught_ctrl_c_leaves_a_working_pool(tmp_path):
     assert data["interrupted"]
     for attempt in range(3):
         assert data["map%d" % attempt]["value"] == repr([2 * x for x in range(8)]), data
+    # each worker's KeyboardInterrupt traceback, as Python prints it, but mpcompat's frames
+    lines = proc.stderr.splitlines()
+    assert proc.stderr.count("\nKeyboardInterrupt\n") >= 4 and own_lines(lines) == [], \
+        proc.stderr
 
 
 SLOW_SERVICE = '''\

@@ -103,8 +103,8 @@ if __name__ == "__main__":
     data["running"] = outcome(lambda: pool.apply_async(die, ("SIGKILL",)).get(30))
     data["pickling"] = outcome(
         lambda: pool.apply_async(result_that_dies_when_pickled, (1,)).get(30))
-    pending = pool.apply_async(big_result_then_die, (64 << 20, 0.5, 0.5))
-    time.sleep(0.2)
+    pending = pool.apply_async(big_result_then_die, (64 << 20, 0.5, 0.5, "started"))
+    wait_for(lambda: os.path.exists("started"), 60)
     hold_the_gil(2.0)  # no reading meanwhile: the worker fills its channel and dies sending
     data["sending"] = outcome(lambda: pending.get(30))
     data["others"] = outcome(lambda: others.get(30))
@@ -136,8 +136,9 @@ def test_a_worker_dying_at_any_instant_fails_only_its_task(method, tmp_path):
     assert data["first"]["value"] == "[0, 2, 4, 6]"
     assert data["idle"]["value"] == data["others"]["value"] == repr([2 * x for x in range(10)]), \
         data
-    for instant in ("receiving", "unpickling", "running", "pickling", "sending",
-                    "lost_before_close"):
+    # killed before it read its task: the task never started, and another worker runs it
+    assert data["receiving"]["value"] == repr(32 << 20), data["receiving"]
+    for instant in ("unpickling", "running", "pickling", "sending", "lost_before_close"):
         assert data[instant]["type"] == "WorkerLostError", (instant, data[instant])
         assert "killed by signal 9 (SIGKILL)" in data[instant]["text"], data[instant]
     assert data["after"]["value"] == repr([2 * x for x in range(100)])
