@@ -2,9 +2,9 @@
 worker died, never respawns dying workers forever, and names what it cannot send back
 (patches.md).
 
-Each worker has a private channel and the parent dispatches the tasks
-(:mod:`mpcompat.workers.pool_channels`). A worker reaped with tasks outstanding: the oldest
-fails with :class:`WorkerLostError`, the others go to other workers. Workers that die before
+Each worker has a private channel and the parent dispatches the tasks, to workers that said
+they are ready (:mod:`mpcompat.workers.pool_channels`). A worker reaped with tasks outstanding:
+the oldest it read fails with :class:`WorkerLostError`, the others go to other workers. Workers that die before
 they are ready for tasks, ``max(MIN_FAILURES, processes)`` in a row for ``GRACE`` seconds,
 break the pool (:class:`BrokenPool`). A task or result that cannot be unpickled fails as that
 task's result; ``MaybeEncodingError`` keeps its notes. A ThreadPool is not touched.
