@@ -8,10 +8,9 @@ forkserver reaps its own children and sends only their exit status: ``popen_fork
 .poll`` notes the end, without the peak.
 
 Runs in the Pool's and executors' threads that start and reap workers (the fork rule): all it
-needs is imported with the patch (``os.wait4`` imports ``resource`` at its first call), but in a
-spawn child starting up, which applies it too and starts no child: there, as it starts its
-first child (``__init__``, in the thread that makes the Pool or the executor, before their
-threads start).
+needs is imported as this process starts its first child (``__init__``, in the thread that
+makes the Pool or the executor, before their threads start; ``os.wait4`` imports ``resource``
+at its first call), not with the patch: spawn workers apply it too, and start no child.
 """
 import functools
 import os
@@ -86,10 +85,6 @@ def apply(module):
         return
     patcher.replace(cls, "__init__", _init(patcher.original(cls, "__init__")))
     patcher.replace(cls, "poll", poll)
-    from mpcompat.workers.child_failures import spawn_child_starting
-    if not spawn_child_starting():
-        import resource  # noqa: F401
-        from mpcompat.workers import memory_evidence  # noqa: F401
 
 
 def revert(module):

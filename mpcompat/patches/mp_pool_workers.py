@@ -4,10 +4,11 @@ worker died, never respawns dying workers forever, and names what it cannot send
 
 Each worker has a private channel and the parent dispatches the tasks, to workers that said
 they are ready (:mod:`mpcompat.workers.pool_channels`). A worker reaped with tasks outstanding:
-the oldest it read fails with :class:`WorkerLostError`, the others go to other workers. Workers that die before
-they are ready for tasks, ``max(MIN_FAILURES, processes)`` in a row for ``GRACE`` seconds,
-break the pool (:class:`BrokenPool`). A task or result that cannot be unpickled fails as that
-task's result; ``MaybeEncodingError`` keeps its notes. A ThreadPool is not touched.
+the oldest it read fails with :class:`WorkerLostError`, the others go to other workers.
+Workers that die before they are ready for tasks, ``max(MIN_FAILURES, processes)`` in a row
+for ``GRACE`` seconds, break the pool (:class:`BrokenPool`). A task or result that cannot be
+unpickled fails as that task's result; ``MaybeEncodingError`` keeps its notes. A ThreadPool is
+not touched.
 
 The fork rule: the Pool's handler threads import nothing for the first time (a fork child made
 meanwhile would inherit the import lock held): every module they need is imported here, or as
@@ -171,8 +172,8 @@ def _worker_failed(exc, tasks):
 def _parent_side():
     """Import what the Pool's handler threads need below: called as a Pool is made, in the
     user's thread, before the Pool's threads start (the fork rule); not when the patch applies,
-    since every spawn worker applies it as it starts, and needs none of it (the exit evidence,
-    which a process that is not a spawn child starting up loads with the patch)."""
+    since every spawn worker applies it as it starts, and needs none of it (the exit evidence
+    is loaded already where the ``failure_records`` patch is on and this is no spawn child)."""
     import mpcompat.diagnose.notes  # noqa: F401
     import mpcompat.errors  # noqa: F401
     import mpcompat.workers.exits  # noqa: F401
@@ -548,8 +549,6 @@ def apply(module):
     if sys.version_info < (3, 11):
         patcher.replace(encoding, "__str__", _showing_notes(patcher.original(encoding,
                                                                              "__str__")))
-    if not child_failures.spawn_child_starting():
-        import mpcompat.workers.exits  # noqa: F401  (a parent's; not a spawn worker's)
 
 
 def revert(module):

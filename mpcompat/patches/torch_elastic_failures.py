@@ -9,10 +9,11 @@ of SIGKILL, the exit code's meaning) and, for a function entrypoint (``elastic_l
 cause mpcompat noted on the error torch caught from the rank (a start-up failure, its fix).
 A rank started as a script (not ``multiprocessing``'s) arms the crash file the agent names in
 the environment it inherits (``mpcompat.workers.crash_stacks``): a native crash is named with
-the rank's Python stack. A rank whose error says that a peer is gone failed because another one
-did: it is dated a
-second after the agent learnt it, so that the summary's root cause (the earliest failure, dates
-in whole seconds, the agent's own date for a rank without a file) is the rank that died first.
+the rank's Python stack; the agent's OOM counters, read as the patch applies, stand for those
+read as each rank started. A rank whose error says that a peer is gone failed because another
+one did: it is dated a second after the agent learnt it, so that the summary's root cause (the
+earliest failure, dates in whole seconds, the agent's own date for a rank without a file) is
+the rank that died first.
 """
 import os
 import sys

@@ -29,8 +29,9 @@ SMALL = 64 * 1024
 # What a worker says besides results: as it starts; when ready; as it dies waiting for a task
 # (of an exception no task raised: Ctrl-C), having started none of those sent to it.
 STARTED, READY, IDLE = b"s", b"r", b"i"
-# Seconds after its first worker started within which a Pool whose workers all run without
-# mpcompat (they never say STARTED) sends tasks only to workers that said READY.
+# Seconds after its first worker started during which a Pool that expects its workers to say
+# STARTED and READY waits for a first STARTED before it sends tasks to any worker (workers
+# without mpcompat never speak).
 UNHEARD = 2.0
 _PARENT = object()  # in Dispatcher.results: a message of the parent's own threads
 _HEADER, _BIG = struct.Struct("!i"), struct.Struct("!Q")  # multiprocessing.connection's framing
@@ -97,10 +98,11 @@ class Dispatcher(object):
         self.ending = self.terminated = self.waiting = False
         self.answered = 0
         # Tasks go to ready workers only (the first worker ready takes what waits, as from the
-        # standard library's shared pipe), unless the workers are ``silent``: not expected to
-        # speak, or none said STARTED within UNHEARD seconds of ``since`` (the first worker's
-        # start); then to any worker.
-        self.since, self.heard, self.silent = None, False, not speaking
+        # standard library's shared pipe), unless the workers do not speak: ``speaking`` is
+        # True once one said STARTED, None while none has yet (for at most UNHEARD seconds
+        # after ``since``, the first worker's start), False when they are taken not to speak;
+        # then tasks go to any worker.
+        self.since, self.speaking = None, (None if speaking else False)
         self.version = 0  # the set of channels to read changed
         self.wake = socket.socketpair()  # wakes the result handler
         self.wake[1].setblocking(False)
@@ -172,15 +174,18 @@ class Dispatcher(object):
                 self.written.wait(0.1)
             lost = list(w.pending)
             w.pending.clear()
-            # A worker that spoke started none of the tasks it never read; one that never said
-            # it was ready fails the oldest (else a pool whose workers die silently would
-            # resend it for ever).
-            unread = max(w.unsent, int(w.reset))
-            started = [] if w.idle else lost[:max(0, len(lost) - unread)] if w.ready else lost
-            if error is not None and started:
-                job, index, _ = started[0]
+            # How many it read, oldest first: a worker that spoke started none of the tasks it
+            # never read; one that never said it was ready fails the oldest (else a pool whose
+            # workers die silently would resend it for ever).
+            if w.idle:
+                read = 0
+            elif w.ready:
+                read = len(lost) - max(w.unsent, int(w.reset))
+            else:
+                read = len(lost)
+            if error is not None and read > 0:
+                job, index, _ = lost.pop(0)
                 self.results.append((job, index, (False, error())))
-                lost.pop(0)
             self.queue.extendleft(reversed(lost))
             self.queued += sum(len(entry[2]) for entry in lost)
             if self.broken is not None:
@@ -255,7 +260,7 @@ class Dispatcher(object):
                 self.queued += len(data)
             if len(self.queue) <= 1:  # else no worker has room (the queue would be empty)
                 self._pump()
-            undecided = self.queue and not (self.heard or self.silent)
+            undecided = self.queue and self.speaking is None
         if undecided:  # the result handler times the wait for a first STARTED
             self.wake_up()
         if self.todo:
@@ -270,7 +275,7 @@ class Dispatcher(object):
         if queue and self.broken is None and not self.terminated:
             for most in (1, 2):
                 for w in workers or self.workers.values():
-                    if w.closing or w.eof or not (w.ready or self.silent):
+                    if w.closing or w.eof or not (w.ready or self.speaking is False):
                         continue
                     while queue and len(w.pending) < most and (
                             most == 1 or len(queue[0][2]) <= SMALL) and not (
@@ -343,12 +348,13 @@ class Dispatcher(object):
             self._follow()
         wake, reader = self._fds
         left = None
-        if self.queue and not (self.heard or self.silent) and self.since is not None:
+        if self.queue and self.speaking is None and self.since is not None:
             left = max(0.0, self.since + UNHEARD - time.monotonic())
         events = self._poll.poll(None if left is None else left * 1000 + 1)
         if left is not None and time.monotonic() >= self.since + UNHEARD:
             with self.lock:
-                self.silent = not self.heard
+                if self.speaking is None:
+                    self.speaking = False
                 self._pump()
             if self.todo:
                 self._write_out()
@@ -401,8 +407,7 @@ class Dispatcher(object):
 
     def _heard(self, w, body):
         if body == STARTED:
-            w.started = self.heard = True
-            self.silent = False
+            w.started = self.speaking = True
         elif body == READY:
             w.ready = True
             if self.queue:
