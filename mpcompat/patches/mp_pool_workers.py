@@ -179,12 +179,17 @@ def _parent_side():
     import mpcompat.workers.exits  # noqa: F401
 
 
-def _workers_speak(ctx):
-    """Whether the Pool's workers run mpcompat from their start (and say when they are ready):
-    fork children do; spawn and forkserver children where mpcompat starts with every
-    interpreter (installed), not where the parent imported it."""
+def _gated(ctx, initializer):
+    """The dispatcher's ``gated``: whether tasks wait for a worker that said it is ready. A fork
+    worker is ready a moment after it starts, unless an initializer runs: waiting for its word
+    would only add a round trip per worker (one per task with maxtasksperchild=1). A spawn or
+    forkserver worker takes tens of milliseconds: gated where mpcompat starts with every
+    interpreter (installed); where the parent only imported it, the workers may never speak
+    (None: decided by the first word, or its absence)."""
+    if ctx.get_start_method() == "fork":
+        return initializer is not None
     boot = sys.modules.get("_mpcompat_bootstrap")
-    return ctx.get_start_method() == "fork" or getattr(boot, "outcome", None) == "activated"
+    return None if getattr(boot, "outcome", None) == "activated" else False
 
 
 class _Starts(object):
@@ -405,14 +410,14 @@ def _hooks(original, module):
         # A process pool's pipe (not a ThreadPool's queue, nor a test's mock context's)
         if isinstance(getattr(self._outqueue, "_reader", None), Connection):
             _parent_side()
-            dispatcher = pool_channels.Dispatcher(self._outqueue, _unreadable,
-                                                  _workers_speak(self._ctx))
+            dispatcher = pool_channels.Dispatcher(self._outqueue, _unreadable)
             dispatcher.starts = _Starts()
             self._quick_put, self._quick_get = dispatcher.put, dispatcher.get
 
     def _repopulate_pool(self):
         dispatcher = pool_channels.dispatcher_of(getattr(self, "_outqueue", None))
         if dispatcher is not None and not dispatcher.workers:  # as the Pool is made
+            dispatcher.gated = _gated(self._ctx, self._initializer)
             short = _descriptors_short(self._processes)
             if short:
                 _leave_to_stdlib(self, dispatcher, short)

@@ -29,9 +29,9 @@ SMALL = 64 * 1024
 # What a worker says besides results: as it starts; when ready; as it dies waiting for a task
 # (of an exception no task raised: Ctrl-C), having started none of those sent to it.
 STARTED, READY, IDLE = b"s", b"r", b"i"
-# Seconds after its first worker started during which a Pool that expects its workers to say
-# STARTED and READY waits for a first STARTED before it sends tasks to any worker (workers
-# without mpcompat never speak).
+# Seconds after its first worker started during which an undecided Pool (``gated`` None) waits
+# for a first STARTED before it sends tasks to any worker (workers without mpcompat never
+# speak).
 UNHEARD = 2.0
 _PARENT = object()  # in Dispatcher.results: a message of the parent's own threads
 _HEADER, _BIG = struct.Struct("!i"), struct.Struct("!Q")  # multiprocessing.connection's framing
@@ -79,9 +79,8 @@ class Dispatcher(object):
     """A process Pool's side of its workers' channels: ``put`` is its task handler's
     ``Pool._quick_put``, ``get`` its result handler's ``Pool._quick_get``."""
 
-    def __init__(self, outqueue, unreadable, speaking=True):
-        # unreadable(data, exc): the error of a task whose result cannot be unpickled;
-        # speaking: whether the workers are expected to say STARTED and READY
+    def __init__(self, outqueue, unreadable):
+        # unreadable(data, exc): the error of a task whose result cannot be unpickled
         self.reader, self.unreadable = outqueue._reader, unreadable
         self.lock = threading.Lock()
         self.room = threading.Condition(self.lock)  # put() waits on it for room in the queue
@@ -97,12 +96,11 @@ class Dispatcher(object):
         self.maxtasks, self.broken = None, None  # broken: makes the error of every task
         self.ending = self.terminated = self.waiting = False
         self.answered = 0
-        # Tasks go to ready workers only (the first worker ready takes what waits, as from the
-        # standard library's shared pipe), unless the workers do not speak: ``speaking`` is
-        # True once one said STARTED, None while none has yet (for at most UNHEARD seconds
-        # after ``since``, the first worker's start), False when they are taken not to speak;
-        # then tasks go to any worker.
-        self.since, self.speaking = None, (None if speaking else False)
+        # ``gated``: tasks go to ready workers only (the first worker ready takes what waits,
+        # as from the standard library's shared pipe); False: to any worker; None: gated once a
+        # worker says STARTED, else not after UNHEARD seconds from ``since``, the first
+        # worker's start. Set by the Pool as it starts its workers.
+        self.since, self.gated = None, False
         self.version = 0  # the set of channels to read changed
         self.wake = socket.socketpair()  # wakes the result handler
         self.wake[1].setblocking(False)
@@ -260,7 +258,7 @@ class Dispatcher(object):
                 self.queued += len(data)
             if len(self.queue) <= 1:  # else no worker has room (the queue would be empty)
                 self._pump()
-            undecided = self.queue and self.speaking is None
+            undecided = self.queue and self.gated is None
         if undecided:  # the result handler times the wait for a first STARTED
             self.wake_up()
         if self.todo:
@@ -275,7 +273,7 @@ class Dispatcher(object):
         if queue and self.broken is None and not self.terminated:
             for most in (1, 2):
                 for w in workers or self.workers.values():
-                    if w.closing or w.eof or not (w.ready or self.speaking is False):
+                    if w.closing or w.eof or not (w.ready or self.gated is False):
                         continue
                     while queue and len(w.pending) < most and (
                             most == 1 or len(queue[0][2]) <= SMALL) and not (
@@ -348,13 +346,13 @@ class Dispatcher(object):
             self._follow()
         wake, reader = self._fds
         left = None
-        if self.queue and self.speaking is None and self.since is not None:
+        if self.queue and self.gated is None and self.since is not None:
             left = max(0.0, self.since + UNHEARD - time.monotonic())
         events = self._poll.poll(None if left is None else left * 1000 + 1)
         if left is not None and time.monotonic() >= self.since + UNHEARD:
             with self.lock:
-                if self.speaking is None:
-                    self.speaking = False
+                if self.gated is None:
+                    self.gated = False
                 self._pump()
             if self.todo:
                 self._write_out()
@@ -407,7 +405,9 @@ class Dispatcher(object):
 
     def _heard(self, w, body):
         if body == STARTED:
-            w.started = self.speaking = True
+            w.started = True
+            if self.gated is None:
+                self.gated = True
         elif body == READY:
             w.ready = True
             if self.queue:
