@@ -1,5 +1,5 @@
-"""Benchmark the crash stacks on the healthy path (``mpcompat.workers.crash_stacks``): what each
-worker start pays so that a native crash can show its Python stack (the child opens its crash
+"""Benchmark the crash stacks on the healthy path (``mpcompat.child_failures.crash_stacks``):
+what each worker start pays so that a native crash can show its Python stack (the child opens its crash
 file and enables faulthandler; it removes the file when it ends), side by side with the same
 work without it.
 
@@ -28,7 +28,7 @@ if HERE not in sys.path:
 from _common import Table, fmt_ms, interleaved, print_tables, verdict  # noqa: E402
 
 import mpcompat  # noqa: E402,F401  (activates the patches)
-from mpcompat.workers import crash_stacks  # noqa: E402
+from mpcompat.child_failures import crash_stacks  # noqa: E402
 
 TARGET = 1.02
 _PREPARE = crash_stacks.prepare

@@ -37,7 +37,7 @@ def case(name, n):
         with multiprocessing.get_context("fork").Pool(2, maxtasksperchild=1) as pool:
             pool.map(abs, range(n), chunksize=1)
     elif name == "snapshot":  # what each start adds: the counters read
-        from mpcompat.workers import memory_evidence
+        from mpcompat.child_failures import memory_evidence
         for _ in range(n):
             memory_evidence.snapshot()
     else:  # "process-fork", "process-forkserver": start and join, in a row

@@ -3,9 +3,10 @@
 Two measurements, each in fresh child interpreters (Python 3.11, torch 2.13, nuscenes-devkit
 1.2.0), runs paired and alternated so that a noisy machine slows both sides alike:
 
-1. CPU time spent inside mpcompat's import callbacks (``mpcompat.patching._call_back``, which runs
-   every callback: the patch manager, the version checks, each patch's apply) while the child
-   imports torch, nuscenes-devkit's detection and tracking data classes and multiprocessing.
+1. CPU time spent inside mpcompat's import callbacks
+   (``mpcompat.patching.importhook._call_back``, which runs every callback: the patch manager,
+   the version checks, each patch's apply) while the child imports torch, nuscenes-devkit's
+   detection and tracking data classes and multiprocessing.
    That includes importing wrapt once (the library patches wrap torch and nuscenes callables
    with it), whose cost is wrapt's, measured on its own right after ``import torch``. Target:
    the callbacks' own work, without that one import, median at most 5 ms.
@@ -33,7 +34,7 @@ RATIO_TARGET = 1.01
 CALLBACKS = r"""
 import json, sys, time
 import mpcompat
-from mpcompat import patching as importhook
+from mpcompat.patching import importhook
 spent = [0.0]
 per_module = {}
 original = importhook._call_back

@@ -3,7 +3,7 @@
 - DDP training steps: a gloo process group of one rank in this process (``env://``), a small
   DDP model, 5 steps of forward, backward (DDP's gradient all-reduce), SGD step and a logged
   ``dist.all_reduce`` of the loss; with ``MPCOMPAT_HANG_DUMP`` set, so that the collectives are
-  watched (``torch.collective_watch``), interleaved: "with" (mpcompat's wrappers),
+  watched (``torch.collective_hang_dump``), interleaved: "with" (mpcompat's wrappers),
   "without" (torch's own functions put back) and "control" (a second "without": this
   machine's noise), in many short rounds (a loaded machine leaves some rounds alone). The ratio
   of the best rounds: at most 1.01x. (``torch.elastic_errors``
@@ -96,11 +96,11 @@ def _steps_table(repeats):
 
 
 def _call_table(calls):
-    from mpcompat.workers import collective_watch
+    from mpcompat.hang_dump import collectives
 
     def collective(tensor, op=None, group=None, async_op=False):
         return None
-    watched = collective_watch.watched(collective, "all_reduce")
+    watched = collectives.watched_collective(collective, "all_reduce")
 
     def loop(function):
         def timed():

@@ -35,6 +35,6 @@ def status():
 
 
 from mpcompat.activation import activate, deactivate, is_active  # noqa: E402
-from mpcompat import activation as _activation  # noqa: E402
+from mpcompat import activation  # noqa: E402
 
-_activation.activate_on_import()
+activation.activate_on_import()

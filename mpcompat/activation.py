@@ -20,7 +20,7 @@ def env_disabled():
 
 def builtin_reducers():
     """Return ``{type: reducer}`` for the reducers that activation registers."""
-    from mpcompat.pickling import BUILTIN_REDUCERS
+    from mpcompat.pickling.builtin import BUILTIN_REDUCERS
     return dict(BUILTIN_REDUCERS)
 
 
@@ -71,10 +71,10 @@ def activate(*, patches=None, disabled_patches=None):
 
 
 def _activate(patches, disabled_patches, how):
-    from mpcompat import patches as patch_table
-    from mpcompat import patching as importhook
-    table = patch_table.PATCHES  # read once: a test may swap in a table of its own
-    known = [spec.name for spec in table]
+    from mpcompat.patches import table
+    from mpcompat.patching import importhook
+    rows = table.PATCHES  # read once: a test may swap in a table of its own
+    known = [spec.name for spec in rows]
     requested = set(known) if patches is None else _parse_names(patches, "patches", known)
     if disabled_patches is None:
         disabled = _parse_names(os.environ.get("MPCOMPAT_DISABLED_PATCHES", ""),
@@ -83,9 +83,9 @@ def _activate(patches, disabled_patches, how):
     else:
         disabled = _parse_names(disabled_patches, "disabled_patches", known)
         disabled_by = "disabled by activate(disabled_patches=...)"
-    live = {t for spec in table if not spec.env_off() for t in spec.targets}
+    live = {t for spec in rows if not spec.env_off() for t in spec.targets}
     with _lock:
-        _config["arm"] = (table, frozenset(requested - disabled),
+        _config["arm"] = (rows, frozenset(requested - disabled),
                           disabled_by if disabled else None)
         _state.update(active=True, how=how)
         if "copyreg" in sys.modules:
@@ -125,7 +125,7 @@ def ensure_armed():
 
 
 def _on_copyreg(module):
-    from mpcompat import patching as importhook
+    from mpcompat.patching import importhook
     importhook.unwatch("copyreg", _on_copyreg)
     if _state["active"]:
         try:
@@ -159,14 +159,14 @@ def _on_target(module):
 
 def _warn_failure(what, exc):
     """The user's import goes on: the failure is said, once for one cause, not dropped."""
-    from mpcompat.errors import describe, warn
-    cause = describe(exc)
+    from mpcompat.errors import describe_exception, warn
+    cause = describe_exception(exc)
     warn("%s: %s" % (what, cause), key=cause)
 
 
 def deactivate():
     """Undo :func:`activate`: revert every patch and remove the built-in reducers."""
-    from mpcompat import patching as importhook
+    from mpcompat.patching import importhook
     with _lock:
         for target in _config["watched"]:
             importhook.unwatch(target, _on_target)

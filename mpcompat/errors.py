@@ -64,7 +64,7 @@ def warn(message, key=None):
             pass
 
 
-def describe(exc):
+def describe_exception(exc):
     """``"RuntimeError: injected (mpcompat/pickling/registry.py, line 178)"``: the error, and
     the file of mpcompat it was raised in unless the message names it (an ImportError does)."""
     text = "%s: %s" % (type(exc).__name__, exc)

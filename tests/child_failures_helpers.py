@@ -5,15 +5,15 @@ import sys
 
 def fail_and_record(what, message="the data is gone"):
     """Fail the way a child failing at start-up does: record the error, exit with code 3."""
-    from mpcompat.workers import child_failures
+    from mpcompat.child_failures import channel
     from mpcompat.diagnose.notes import add_note
     try:
         raise ValueError(message)
     except ValueError as exc:
         add_note(exc, "mpcompat: the fix is to bring the data back")
         add_note(exc, "not an mpcompat note")
-        child_failures.record(exc, what=what)
-        child_failures.record(exc, what="a second call records nothing")
+        channel.record(exc, what=what)
+        channel.record(exc, what="a second call records nothing")
     sys.exit(3)
 
 
@@ -26,8 +26,8 @@ class Unprintable(Exception):
 
 def record_unprintable():
     """record() of an exception that cannot be printed: never raises."""
-    from mpcompat.workers import child_failures
-    child_failures.record(Unprintable())
+    from mpcompat.child_failures import channel
+    channel.record(Unprintable())
     sys.exit(4)
 
 
@@ -51,7 +51,7 @@ def double(x):
 
 def send_raw(address, data):
     """Send ``data`` as they are to the failure channel at ``address`` (see
-    ``child_failures.address``), as a child that does not record properly would."""
+    ``channel.address``), as a child that does not record properly would."""
     import socket
     where = address.split(":", 1)[1]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

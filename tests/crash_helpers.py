@@ -48,7 +48,7 @@ def crash_report(exc, pid_file):
     with open(pid_file) as fh:
         pid = int(fh.read())
     try:
-        from mpcompat.workers import crash_stacks
+        from mpcompat.child_failures import crash_stacks
         lines, left = crash_stacks.crash_lines(pid), crash_stacks.files_left()
     except ImportError:  # mpcompat before crash stacks
         lines, left = [], []

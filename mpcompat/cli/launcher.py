@@ -76,7 +76,7 @@ def default_start_method(method):
     """Make ``method`` multiprocessing's default start method here, as if this platform
     defaulted to it: the start method stays unset (``set_start_method`` works without
     ``force``); torch uses this default too."""
-    from mpcompat import patching as importhook
+    from mpcompat.patching import importhook
 
     def apply(context):
         try:  # private names, the same on Python 3.8 to 3.14

@@ -10,7 +10,7 @@ import sys
 COMMANDS = {
     "status": ("mpcompat.cli.status", "print what mpcompat does in this interpreter",
                ["mpcompat status", "MPCOMPAT_DISABLE=1 mpcompat status"]),
-    "demo": ("mpcompat.demo",
+    "demo": ("mpcompat.cli.demo",
              "run the failure scenarios in child processes, without and with mpcompat",
              ["mpcompat demo", "mpcompat demo --list", "mpcompat demo 1 3",
               "mpcompat demo nuscenes -v"]),

@@ -40,8 +40,8 @@ def missing_message(name, module="__mp_main__"):
 def analyze(path):
     """The :class:`~mpcompat.diagnose.main_source.Analysis` of the Python file ``path`` (cached
     per file, modification time and size), or None if it cannot be read."""
-    from mpcompat.diagnose.main_source import analyze as analyze_source
-    return analyze_source(path)
+    from mpcompat.diagnose import main_source
+    return main_source.analyze(path)
 
 
 def _skipped(spec_name):

@@ -9,8 +9,7 @@ import os
 import sys
 import threading
 
-__all__ = ["add_note", "own_message", "notes_of", "explanation_of",
-           "pickling_failed", "bootstrap_failed", "one_line", "told_parent", "cannot_pass"]
+from mpcompat.workers import pool_task
 
 PREFIX = "mpcompat: "
 _MARK = "_mpcompat_noted"
@@ -100,9 +99,9 @@ _CANNOT_PASS = ("finished its bootstrapping phase", "on <module '__main__'",
 
 
 def cannot_pass(record):
-    """Whether the start-up error of ``record`` (``mpcompat.workers.child_failures``) fails
+    """Whether the start-up error of ``record`` (``mpcompat.child_failures.channel``) fails
     every new worker alike: the main-guard error, a name missing in the main module."""
-    error = record.get("error") or ""
+    error = record.error or ""
     return error.startswith(("RuntimeError", "AttributeError")) and any(
         text in error for text in _CANNOT_PASS)
 
@@ -285,9 +284,9 @@ def _describe_result(obj):
             "The result of a task of ProcessPoolExecutor.map", "of call j of this task's chunk")
     elif cls is tuple and len(obj) == 3 and type(obj[0]) is int and type(obj[1]) is int \
             and type(obj[2]) is tuple and len(obj[2]) == 2 and type(obj[2][0]) is bool \
-            and _pool_task() is not None:  # else not sent by a Pool worker: any tuple
+            and pool_task.current.func is not None:  # else not sent by a Pool worker: any tuple
         success, value = obj[2]
-        chunk = success and _pool_map(_pool_task()) and (
+        chunk = success and _pool_map(pool_task.current.func) and (
             "The result of task %d of a Pool map" % (obj[1],),
             "for item j of the chunk of the iterable this task carried")
     else:
@@ -298,13 +297,6 @@ def _describe_result(obj):
     header = (_failed(chunk[0], _BACK, " (result[j] is the result %s)" % chunk[1]) if chunk
               else _failed("The result of a task", _BACK))
     return header, [("result", value)], "result"
-
-
-def _pool_task():
-    """The function of the task this thread runs if it is a Pool worker, else None."""
-    # Read where the pool_workers patch keeps it, not imported: that module imports this one.
-    pool = sys.modules.get("mpcompat.patches.mp_pool_workers")
-    return getattr(getattr(pool, "this_thread", None), "task", None)
 
 
 def _executor_chunked():

@@ -216,7 +216,7 @@ def _error_text(exc):
     return "%s: %s" % (type(exc).__name__, text) if text else type(exc).__name__
 
 
-def describe(obj):
+def describe_object(obj):
     """A short description: ``"function mod.f"``, ``"class mod.C"``, ``"mod.C object"``."""
     cls = type(obj)
     if cls is types.FunctionType:
@@ -487,7 +487,7 @@ class _Walker(object):
                 isinstance(target, type) or type(target) is types.FunctionType) else None
             # Else some other mention of "__main__" in the data, or defined where children
             # import it from.
-            exc = (main_reference(target, describe(target), self.check_main)
+            exc = (main_reference(target, describe_object(target), self.check_main)
                    if module in _MAIN_NAMES else None)
             if exc is None:
                 return False
@@ -505,6 +505,6 @@ class _Walker(object):
             hint = hint_for(obj, exc, text, culprit)
         except Exception:
             hint = None
-        problem = Problem(text, type(obj), _error_text(exc), hint, describe(obj))
+        problem = Problem(text, type(obj), _error_text(exc), hint, describe_object(obj))
         self.problems.append((tuple(position for _, position in steps), problem))
         return True

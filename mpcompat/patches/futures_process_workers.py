@@ -13,9 +13,9 @@ from concurrent.futures import _base
 from multiprocessing.connection import wait
 
 from mpcompat.patching.patcher import Patcher
-from mpcompat.patches import NotNeeded
-from mpcompat.workers import child_failures
-from mpcompat.workers.exits import dead_lines, describe_exit
+from mpcompat.patching.spec import NotNeeded
+from mpcompat.child_failures import channel
+from mpcompat.child_failures.exits import dead_lines, describe_exit
 from mpcompat.workers.user_frames import drop_own_frames
 
 patcher = Patcher()
@@ -36,7 +36,7 @@ def describe_dead(processes):
         code = process.exitcode
         if code is None:
             continue
-        record = child_failures.take(pid)
+        record = channel.take(pid)
         # A worker whose initializer raised returns: its error says why, "exit code 0" does not.
         how = ": " + describe_exit(code, pid) if code or not record else ""
         lines.append("ProcessPoolExecutor worker process %d ended%s." % (pid, how))
@@ -44,7 +44,7 @@ def describe_dead(processes):
             lines.append("A worker ends so when its initializer raised (the traceback is on its "
                          "stderr) or a task called os._exit(0).")
         lines += dead_lines(code, record, pid=pid)
-    return child_failures.PREFIX + "\n".join(lines) if lines else None
+    return channel.PREFIX + "\n".join(lines) if lines else None
 
 
 class _BrokenWithNote(object):
@@ -104,7 +104,7 @@ def _record_initializer_error(calls, log_record):
     """A filter of the worker's ``concurrent.futures`` logger: CPython logs the error of an
     initializer that raised and returns (the worker exits with code 0); record that error."""
     if calls.what == INITIALIZING and log_record.exc_info:
-        child_failures.record(log_record.exc_info[1], what=INITIALIZING)
+        channel.record(log_record.exc_info[1], what=INITIALIZING)
     return True
 
 
@@ -120,7 +120,7 @@ def _recording_worker(original):
             if calls.what == UNPICKLING:  # in the worker's own thread: importing is safe
                 from mpcompat.diagnose.notes import note_missing_attribute
                 note_missing_attribute(exc)
-            child_failures.record(exc, what=calls.what)
+            channel.record(exc, what=calls.what)
             drop_own_frames(exc)  # the worker's traceback: no frame of this wrapper
             raise
     return _process_worker

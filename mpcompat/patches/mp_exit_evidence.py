@@ -1,5 +1,5 @@
 """Patch ``multiprocessing.exit_evidence``: what the kernel measured of each child's end, for the
-reports of dead workers (``mpcompat.workers.exits``, :mod:`mpcompat.workers.memory_evidence`).
+reports of dead workers (``mpcompat.child_failures.exits``, ``.memory_evidence``).
 
 ``popen_fork.Popen`` (spawn's and forkserver's derive from it): ``__init__`` reads the OOM kill
 counters just before the child starts; ``poll`` reaps with ``os.wait4`` instead of
@@ -15,7 +15,7 @@ at its first call), not with the patch: spawn workers apply it too, and start no
 import functools
 import os
 
-from mpcompat.patches import NotNeeded
+from mpcompat.patching.spec import NotNeeded
 from mpcompat.patching.patcher import Patcher
 from mpcompat.workers.user_frames import drop_own_frames
 
@@ -26,7 +26,7 @@ def _init(original):
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):
         import resource  # noqa: F401  (for os.wait4 in poll: not first in a Pool's thread)
-        from mpcompat.workers import memory_evidence
+        from mpcompat.child_failures import memory_evidence
         try:
             before = memory_evidence.snapshot()
         except Exception:
@@ -67,7 +67,7 @@ def _forkserver_poll(original):
 
 
 def _reaped(pid, code, rusage, reaper):
-    from mpcompat.workers import memory_evidence  # imported as the child started
+    from mpcompat.child_failures import memory_evidence  # imported as the child started
     try:
         memory_evidence.reaped(pid, code, rusage, reaper)
     except Exception:

@@ -9,7 +9,7 @@ import functools
 import io
 
 from mpcompat.patching.patcher import Patcher
-from mpcompat.patches import Skip
+from mpcompat.patching.spec import Skip
 
 patcher = Patcher()
 

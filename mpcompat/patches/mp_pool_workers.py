@@ -19,15 +19,15 @@ import io
 import os
 import pickle
 import sys
-import threading
 import time
 import types
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 
-from mpcompat.patches import Skip
+from mpcompat.patching.spec import Skip
 from mpcompat.patching.patcher import Patcher
-from mpcompat.workers import child_failures, pool_channels
+from mpcompat.child_failures import channel
+from mpcompat.workers import pool_channels, pool_task
 from mpcompat.workers.user_frames import (format_trimmed, innermost_user_frame,
                                           without_own_frames)
 
@@ -44,14 +44,7 @@ _HOOKED = {"_setup_queues": None, "_repopulate_pool": None,
            "_check_running": None, "_map_async": None}
 
 patcher = Patcher()
-
-
-class _Thread(threading.local):
-    """``task``: in a worker, the function of the task it runs (read by the pickling notes)."""
-    task = None
-
-
-this_thread = _Thread()
+notes = errors = exits = None  # the parent's side: set by _parent_side() (the fork rule)
 
 
 # --- the worker's side ----------------------------------------------------------------------
@@ -86,7 +79,7 @@ class _Tasks(object):
                 self._unreadable(exc)
                 continue
             if task is not None:
-                self.what, this_thread.task = TASK_STAGE, task[2]
+                self.what, pool_task.current.func = TASK_STAGE, task[2]
             return task
 
     def leaving(self):
@@ -138,7 +131,7 @@ def _make_worker(original):
         except BaseException as exc:
             tasks.leaving()
             if isinstance(exc, SystemExit):
-                child_failures.record(exc, what=tasks.what)
+                channel.record(exc, what=tasks.what)
                 raise
             failed = exc  # Ctrl-C: printed as Process._bootstrap prints it, but our frames
         _worker_failed(failed, tasks)
@@ -153,7 +146,7 @@ def _worker_failed(exc, tasks):
     where = innermost_user_frame(exc.__traceback__)
     where = "%s, line %d, in %s" % where if where else None
     starting = not tasks.asked
-    parent = child_failures.record(
+    parent = channel.record(
         exc, what=tasks.what + (" at " + where if where and starting else ""))
     if parent is not None and starting:
         raise SystemExit(1)
@@ -173,10 +166,12 @@ def _parent_side():
     """Import what the Pool's handler threads need below: called as a Pool is made, in the
     user's thread, before the Pool's threads start (the fork rule); not when the patch applies,
     since every spawn worker applies it as it starts, and needs none of it (the exit evidence
-    is loaded already where the ``failure_records`` patch is on and this is no spawn child)."""
-    import mpcompat.diagnose.notes  # noqa: F401
-    import mpcompat.errors  # noqa: F401
-    import mpcompat.workers.exits  # noqa: F401
+    is loaded already where the ``failure_records`` patch is on and this is no spawn child).
+    The functions below use these modules through the globals it sets."""
+    global notes, errors, exits
+    from mpcompat.diagnose import notes
+    from mpcompat import errors
+    from mpcompat.child_failures import exits
 
 
 def _gated(ctx, initializer):
@@ -192,10 +187,20 @@ def _gated(ctx, initializer):
     return None if getattr(boot, "outcome", None) == "activated" else False
 
 
+class _StartFailure(object):
+    """A worker that died while starting: ``pid``, ``exitcode``, ``record`` (the
+    ``FailureRecord`` it sent, or None)."""
+
+    __slots__ = ("pid", "exitcode", "record")
+
+    def __init__(self, process, record):
+        self.pid, self.exitcode, self.record = process.pid, process.exitcode, record
+
+
 class _Starts(object):
-    """A pool's workers that failed while starting, in a row: ``failures`` (pid, exit code,
-    record or None), ``since`` (time, tasks answered) at the first of them; ``said``: the last
-    failure told on stderr (:func:`_say_start_failure`)."""
+    """A pool's workers that failed while starting, in a row: ``failures`` (each a
+    :class:`_StartFailure`), ``since`` (time, tasks answered) at the first of them; ``said``:
+    the last failure told on stderr (:func:`_say_start_failure`)."""
 
     def __init__(self):
         self.failures, self.since, self.said = [], None, None
@@ -207,7 +212,7 @@ class _Starts(object):
             return
         if self.since is None or self.since[1] != dispatcher.answered:
             self.failures, self.since = [], (time.monotonic(), dispatcher.answered)
-        self.failures.append((process.pid, process.exitcode, record))
+        self.failures.append(_StartFailure(process, record))
 
 
 def _should_break(starts, processes, dispatcher):
@@ -215,12 +220,11 @@ def _should_break(starts, processes, dispatcher):
     row, no live worker ready, and either the last one's error fails every new worker alike (the
     main-guard error, a name missing in the main module), or there were at least
     ``max(MIN_FAILURES, processes)`` of them over at least GRACE seconds."""
-    from mpcompat.diagnose.notes import cannot_pass  # imported already (_parent_side)
     if not starts.failures or starts.since[1] != dispatcher.answered or \
             any(w.ready for w in list(dispatcher.workers.values())):
         return False
-    record = starts.failures[-1][2]
-    return (record is not None and cannot_pass(record)) or (
+    record = starts.failures[-1].record
+    return (record is not None and notes.cannot_pass(record)) or (
         len(starts.failures) >= max(MIN_FAILURES, processes)
         and time.monotonic() - starts.since[0] >= GRACE)
 
@@ -228,19 +232,18 @@ def _should_break(starts, processes, dispatcher):
 def _reaped(dispatcher, starts, process, processes):
     """Worker ``process`` exited and was joined (in the worker handler): settle its tasks,
     count it if it died while starting, break the pool by the rule."""
-    from mpcompat.diagnose.notes import cannot_pass  # imported already (_parent_side)
     w = dispatcher.reaped(process)
     if w is None:
         return
-    record = child_failures.take(process.pid) if process.exitcode else None
+    record = channel.take(process.pid) if process.exitcode else None
     # Started but not ready: it died before its first task (in its initializer). Neither: it
     # ran without mpcompat, or died before it could say anything; its record may tell.
     starting = not w.ready and (w.started or (
-        record is not None and record.get("what") != TASK_STAGE))
+        record is not None and record.what != TASK_STAGE))
     dispatcher.resolve(w, None if starting else functools.partial(_lost, process, record,
                                                                    w.ready))
     starts.count(dispatcher, process, record, starting)
-    if starting and not (record and cannot_pass(record)):
+    if starting and not (record and notes.cannot_pass(record)):
         _say_start_failure(starts, process, record)
     if dispatcher.broken is None and _should_break(starts, processes, dispatcher):
         dispatcher.break_(_broken(starts.failures, time.monotonic() - starts.since[0]))
@@ -253,19 +256,17 @@ def _say_start_failure(starts, process, record):
     alike print nothing. (A bootstrap error every worker would fail with is printed by its
     workers, and breaks the Pool at once.) ``os.write``: no lock taken in the worker handler
     (the fork rule)."""
-    from mpcompat.diagnose.notes import PREFIX  # imported already (_parent_side)
-    from mpcompat.workers.exits import describe_exit
     if record is not None:
-        error = " ".join(record["error"].strip().split("\n\n", 1)[0].split())
+        error = " ".join(record.error.strip().split("\n\n", 1)[0].split())
         cause = "failed while starting: %s%s" % (
-            error, " (while %s)" % record["what"] if record["what"] else "")
+            error, " (while %s)" % record.what if record.what else "")
     else:
-        cause = "died while starting (%s)" % describe_exit(process.exitcode, process.pid)
+        cause = "died while starting (%s)" % exits.describe_exit(process.exitcode, process.pid)
     if cause == starts.said:
         return
     starts.said = cause
     line = "%sPool worker process %d %s; the Pool starts another, and its waits report the " \
-        "workers that fail alike\n" % (PREFIX, process.pid, cause)
+        "workers that fail alike\n" % (notes.PREFIX, process.pid, cause)
     try:
         os.write(2, line.encode("utf-8", "backslashreplace"))
     except OSError:
@@ -273,56 +274,51 @@ def _say_start_failure(starts, process, record):
 
 
 def _lost(process, record, ready):
-    from mpcompat.diagnose.notes import PREFIX, add_note  # imported already (_parent_side)
-    from mpcompat.errors import WorkerLostError
-    from mpcompat.workers.exits import dead_lines, describe_exit
     # The consequence in the message, the evidence in the note: one form, with or without it.
-    exc = WorkerLostError("the Pool worker process %d died %s (%s). The task's result is lost; "
-                          "the Pool goes on with a new worker." % (
-        process.pid, "while running this task" if ready else
-        "before it said it was ready for tasks, holding this task",
-        describe_exit(process.exitcode, process.pid)), process.pid, process.exitcode)
-    lines = dead_lines(process.exitcode, record, "The worker's own error: ", process.pid)
+    exc = errors.WorkerLostError(
+        "the Pool worker process %d died %s (%s). The task's result is lost; the Pool goes on "
+        "with a new worker." % (process.pid, "while running this task" if ready else
+                                "before it said it was ready for tasks, holding this task",
+                                exits.describe_exit(process.exitcode, process.pid)),
+        process.pid, process.exitcode)
+    lines = exits.dead_lines(process.exitcode, record, "The worker's own error: ", process.pid)
     if lines:
-        add_note(exc, PREFIX + "\n".join(lines))
+        notes.add_note(exc, notes.PREFIX + "\n".join(lines))
     return exc
 
 
 def _broken(failures, seconds):
     """The function that makes the BrokenPool of each task of a broken pool."""
-    from mpcompat.diagnose.notes import PREFIX, add_note  # imported already (_parent_side)
-    from mpcompat.errors import BrokenPool
-    from mpcompat.workers.exits import describe_exit
-    pids, codes, records = (list(column) for column in zip(*failures))
+    pids, codes = [f.pid for f in failures], [f.exitcode for f in failures]
+    records = [f.record for f in failures]
     shown = ", ".join(str(p) for p in pids[:8]) + (", ..." if len(pids) > 8 else "")
-    exits = ", ".join(sorted(set(map(describe_exit, codes, pids))))
+    ends = ", ".join(sorted(set(map(exits.describe_exit, codes, pids))))
     if len(pids) == 1:  # broken at once: an error every new worker would fail with (below)
         message = ("a worker process of this Pool failed while starting (pid %d, %s), with an "
                    "error every new worker would fail with. The Pool starts no new workers, "
-                   "and its pending and new tasks fail with this error." % (pids[0], exits))
+                   "and its pending and new tasks fail with this error." % (pids[0], ends))
     else:
         message = ("%d worker processes of this Pool failed while starting, in a row for %.1f "
                    "s (%s), and none took a task (pids %s). The Pool starts no new workers, and "
                    "its pending and new tasks fail with this error." % (
-                       len(pids), seconds, exits, shown))
+                       len(pids), seconds, ends, shown))
     records = [r for r in records if r is not None]
-    note = child_failures.describe(records, "Pool worker process", tally=len(pids) > 1) \
+    note = channel.describe_records(records, "Pool worker process", tally=len(pids) > 1) \
         if records \
-        else PREFIX + ("None of them recorded an error: they died without raising "
+        else notes.PREFIX + ("None of them recorded an error: they died without raising "
                        "(os._exit(), a signal) before the Pool's initializer returned.")
 
     def error():
-        exc = BrokenPool(message, pids, codes)
-        add_note(exc, note)
+        exc = errors.BrokenPool(message, pids, codes)
+        notes.add_note(exc, note)
         return exc
     return error
 
 
 def _unreadable(data, exc):
     """``exc``, raised unpickling the result ``data``, with a note naming its classes."""
-    from mpcompat.diagnose.notes import PREFIX, add_note  # imported already (_parent_side)
     names = ", ".join(_classes(data)) or "its contents"
-    add_note(exc, PREFIX + (
+    notes.add_note(exc, notes.PREFIX + (
         "the result of this task could not be rebuilt in this process: unpickling %s raised "
         "%s: %s. An exception class whose __init__ takes other arguments than its message "
         "must pass them all to Exception.__init__ (super().__init__(a, b)) or define "
@@ -389,14 +385,14 @@ def _leave_to_stdlib(pool, dispatcher, short):
     once."""
     dispatcher.detach(pool._outqueue)
     pool._quick_put, pool._quick_get = pool._inqueue._writer.send, pool._outqueue._reader.recv
-    from mpcompat.errors import warn
-    warn("Pool(%d) would need about %d open file descriptors with mpcompat's worker channels "
-         "(%d per worker; the standard library's Pool takes %d), over this process's limit "
-         "of %d (ulimit -n). It runs as the standard library's Pool: without mpcompat's "
-         "guarantees that a worker's death fails its task and that workers failing while "
-         "they start break the Pool. Raise the limit (ulimit -n %d) to keep them." % (
-             pool._processes, short[0], FDS_PER_WORKER, FDS_PER_WORKER - 1, short[1],
-             2 * short[0]), key="pool-descriptors")
+    errors.warn(
+        "Pool(%d) would need about %d open file descriptors with mpcompat's worker channels "
+        "(%d per worker; the standard library's Pool takes %d), over this process's limit "
+        "of %d (ulimit -n). It runs as the standard library's Pool: without mpcompat's "
+        "guarantees that a worker's death fails its task and that workers failing while "
+        "they start break the Pool. Raise the limit (ulimit -n %d) to keep them." % (
+            pool._processes, short[0], FDS_PER_WORKER, FDS_PER_WORKER - 1, short[1],
+            2 * short[0]), key="pool-descriptors")
 
 
 # --- the hooks ----------------------------------------------------------------------------------
@@ -436,10 +432,11 @@ def _hooks(original, module):
                 # No new worker, and no fork while the user's threads go on (a fork copies
                 # their locks).
                 return None
-            sock, channel = dispatcher.channel()
+            sock, worker_end = dispatcher.channel()
             try:
-                w = Process(ctx, target=module.worker, args=(
-                    channel, channel, initializer, initargs, maxtasksperchild, wrap_exception))
+                w = Process(ctx, target=module.worker, args=(worker_end, worker_end, initializer,
+                                                             initargs, maxtasksperchild,
+                                                             wrap_exception))
                 w.name = w.name.replace("Process", "PoolWorker")
                 w.daemon = True
                 w.start()
@@ -447,7 +444,7 @@ def _hooks(original, module):
                 dispatcher.discard(sock)
                 raise
             finally:
-                channel.conn.close()
+                worker_end.conn.close()
             pool.append(w)
             dispatcher.add(w, sock)
         dispatcher.wake_up()
@@ -482,7 +479,7 @@ def _hooks(original, module):
             if dispatcher is not None:
                 dispatcher.close()
                 # workers that died unreaped: nobody will ask why
-                child_failures.discard([w.pid for w in list(pool) if w.pid])
+                channel.discard([w.pid for w in list(pool) if w.pid])
 
     def _check_running(self):
         original["_check_running"](self)

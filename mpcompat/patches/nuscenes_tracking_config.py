@@ -4,7 +4,7 @@
 ("Unknown tracking_name car" in a spawn child). A ``__reduce_ex__`` naming
 ``mpcompat.rebuild.rebuild_by_init`` runs ``__init__`` again there, then restores ``__dict__``.
 """
-from mpcompat.patches import Skip
+from mpcompat.patching.spec import Skip
 from mpcompat.patching.patcher import Patcher
 
 # Pickling hooks whose presence means the class pickles its own way: then we stay out.

@@ -8,7 +8,7 @@ disarms it) and every DataLoader worker (``mpcompat.workers.started``) runs
 import os
 import sys
 
-from mpcompat.patches import Skip
+from mpcompat.patching.spec import Skip
 
 # active: applied on cv2 (the fork hook acts only then); hooked: the fork hook is registered.
 _state = {"active": False, "hooked": False}

@@ -7,7 +7,7 @@ function is wrapped); those made earlier are named when the patch applies.
 """
 import weakref
 
-from mpcompat.patches import Skip
+from mpcompat.patching.spec import Skip
 from mpcompat.patching.patcher import Patcher
 
 _TARGET = "torch._jit_internal"

@@ -19,10 +19,11 @@ from torch._utils import ExceptionWrapper
 
 from mpcompat.diagnose.notes import PREFIX, add_note, own_message
 from mpcompat.diagnose.walker import explain_parts
-from mpcompat.patches import Skip
+from mpcompat.patching.spec import Skip
 from mpcompat.patching.patcher import Patcher
-from mpcompat.workers import child_failures, shared_memory, started
-from mpcompat.workers.exits import dead_lines, describe_exit
+from mpcompat.child_failures import channel, shared_memory
+from mpcompat.workers import started
+from mpcompat.child_failures.exits import dead_lines, describe_exit
 
 WORKER = "torch.utils.data._utils.worker"
 LOADER = "torch.utils.data.dataloader"
@@ -170,7 +171,7 @@ def _try_get_data_wrapper(wrapped, instance, args, kwargs):
                         "workers": getattr(instance, "_num_workers", None),
                         "prefetch_factor": getattr(instance, "_prefetch_factor", None)})
                 add_note(exc, PREFIX + "\n".join(lines))
-                note = child_failures.note_for([w.pid for w in dead], "DataLoader worker")
+                note = channel.note_for([w.pid for w in dead], "DataLoader worker")
                 if note:
                     add_note(exc, note)
         except Exception:

@@ -9,14 +9,14 @@ For every other script a chained ``sys.excepthook`` writes it (torch's c10d hook
 displaced it (Python keeps the uncaught exception as ``sys.last_value``); neither writes over a
 file that is there already (``@record`` wrote it first). It applies as mpcompat activates in a
 process that has the variable set (its target is ``sys``); torch is never imported for it.
-It also arms the rank's crash file, which its agent named (``mpcompat.workers.crash_stacks``):
-a native crash leaves the rank's Python stack there for the agent's summary.
+It also arms the rank's crash file, which its agent named
+(``mpcompat.child_failures.crash_stacks``): a native crash leaves the rank's Python stack there for the agent's summary.
 """
 import atexit
 import os
 import sys
 
-from mpcompat.patches import NotNeeded
+from mpcompat.patching.spec import NotNeeded
 
 ERROR_FILE_VAR = "TORCHELASTIC_ERROR_FILE"
 _hooks = []  # the excepthooks installed in this process (at most one is active)
@@ -85,7 +85,7 @@ def apply(module):
     if not any(h.active for h in _hooks):
         _hooks.append(_ExceptHook(module.excepthook))
         module.excepthook = _hooks[-1]
-    from mpcompat.workers import crash_stacks
+    from mpcompat.child_failures import crash_stacks
     crash_stacks.arm_inherited()
 
 

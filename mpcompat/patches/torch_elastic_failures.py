@@ -4,11 +4,11 @@ file is named in the failure summary with its measured cause (patches.md).
 torch's agent makes a ``ProcessFailure`` (public) for each failed rank; without an error file
 its ``message`` is only "Signal 9 (SIGKILL) received by PID ..." or "To enable traceback see
 ...". This patch adds mpcompat's lines to that message, where the summary shows it: what ended
-the rank, from what was measured (``mpcompat.workers.exits``: the OOM killer or another sender
-of SIGKILL, the exit code's meaning) and, for a function entrypoint (``elastic_launch``), the
+the rank, from what was measured (``mpcompat.child_failures.exits``: the OOM killer or another
+sender of SIGKILL, the exit code's meaning) and, for a function entrypoint (``elastic_launch``), the
 cause mpcompat noted on the error torch caught from the rank (a start-up failure, its fix).
 A rank started as a script (not ``multiprocessing``'s) arms the crash file the agent names in
-the environment it inherits (``mpcompat.workers.crash_stacks``): a native crash is named with
+the environment it inherits (``mpcompat.child_failures.crash_stacks``): a native crash is named with
 the rank's Python stack; the agent's OOM counters, read as the patch applies, stand for those
 read as each rank started. A rank whose error says that a peer is gone failed because another
 one did: it is dated a second after the agent learnt it, so that the summary's root cause (the
@@ -20,7 +20,7 @@ import sys
 import time
 
 from mpcompat.patching.patcher import Patcher
-from mpcompat.patches import Skip
+from mpcompat.patching.spec import Skip
 
 patcher = Patcher()
 _agent = []  # in the agent: the OOM counters read as the patch applied, before any rank started
@@ -43,12 +43,12 @@ def _caught_notes(pid):
 
 def cause_lines(failure):
     """mpcompat's lines on the rank of ``failure`` (a ProcessFailure without an error file)."""
-    from mpcompat.workers.exits import dead_lines, describe_exit
+    from mpcompat.child_failures.exits import dead_lines, describe_exit
     notes = _caught_notes(failure.pid)
     if notes:
         return notes
     if _agent:
-        from mpcompat.workers import memory_evidence
+        from mpcompat.child_failures import memory_evidence
         memory_evidence.assume_started(failure.pid, _agent[0])
     return ["mpcompat: local rank %s (pid %s) ended: %s." % (
         failure.local_rank, failure.pid, describe_exit(failure.exitcode, failure.pid))] + \
@@ -73,7 +73,7 @@ def _post_init(original):
                 self.timestamp = max(self.timestamp, int(time.time()) + 1)
         except Exception:  # the summary goes on with torch's own words
             pass
-        from mpcompat.workers import crash_stacks
+        from mpcompat.child_failures import crash_stacks
         crash_stacks.joined(self.pid, self.exitcode)  # the empty file of a rank killed
     __post_init__.__wrapped__ = original
     return __post_init__
@@ -86,7 +86,7 @@ def apply(module):
     if cls is None or not callable(cls.__dict__.get("__post_init__")):
         raise Skip("torch's ProcessFailure has no __post_init__()")
     if "TORCHELASTIC_ERROR_FILE" not in os.environ:  # not in a rank: maybe the agent
-        from mpcompat.workers import crash_stacks, memory_evidence
+        from mpcompat.child_failures import crash_stacks, memory_evidence
         crash_stacks.share_with_children()
         _agent[:] = [memory_evidence.snapshot()]
     patcher.replace(cls, "__post_init__", _post_init(patcher.original(cls, "__post_init__")),

@@ -4,7 +4,7 @@ Checkpoints saved through mpcompat's view reducers name ``mpcompat.rebuild_views
 those six (nothing else) are added to torch's safe globals; ``revert`` removes the ones it added.
 """
 from mpcompat import rebuild_views
-from mpcompat.patches import Skip
+from mpcompat.patching.spec import Skip
 
 # The whole of mpcompat.rebuild_views (which holds nothing else callable), and nothing else.
 VIEW_REBUILDERS = tuple(getattr(rebuild_views, name) for name in rebuild_views.__all__)

@@ -2,10 +2,10 @@
 its cause.
 
 ``ProcessExitedException.__init__`` (wrapt) adds what ended the child, from what was measured
-(``mpcompat.workers.exits``: an OOM kill, an exit code's meaning), and the start-up failure the
-child recorded (``multiprocessing.bootstrap_notes``, ``mpcompat.workers.child_failures``), if any.
+(``mpcompat.child_failures.exits``: an OOM kill, an exit code's meaning), and the start-up failure
+the child recorded (``multiprocessing.bootstrap_notes``, ``mpcompat.child_failures.channel``), if any.
 """
-from mpcompat.patches import Skip
+from mpcompat.patching.spec import Skip
 from mpcompat.patching.patcher import Patcher
 
 patcher = Patcher()
@@ -29,12 +29,12 @@ def _init_wrapper(wrapped, instance, args, kwargs):
     wrapped(*args, **kwargs)
     try:
         from mpcompat.diagnose.notes import PREFIX, add_note
-        from mpcompat.workers import child_failures
-        from mpcompat.workers.exits import exit_cause
+        from mpcompat.child_failures import channel
+        from mpcompat.child_failures.exits import exit_cause
         pid = getattr(instance, "error_pid", None) or getattr(instance, "pid", None)  # 1.9: pid
-        record = child_failures.take(pid)
+        record = channel.take(pid)
         if record is not None:
-            add_note(instance, child_failures.describe([record],
+            add_note(instance, channel.describe_records([record],
                                                        "torch.multiprocessing.spawn process"))
         lines = exit_cause(instance.exit_code, record, pid)
         if lines:

@@ -13,7 +13,7 @@ import shutil  # noqa: F401  get_temp_dir imports them: here, not later (the for
 import tempfile  # noqa: F401
 from multiprocessing import util
 
-from mpcompat.patches import Skip
+from mpcompat.patching.spec import Skip
 from mpcompat.patching.patcher import Patcher
 
 patcher = Patcher()

@@ -9,9 +9,9 @@ import applies it is reverted by whichever of the two comes last.
 import sys
 from _thread import start_new_thread
 
-from mpcompat import patching as importhook
+from mpcompat.patching import importhook
 from mpcompat.patching import versions
-from mpcompat.patches import NotNeeded, Skip
+from mpcompat.patching.spec import NotNeeded, Skip
 
 (WAITING, APPLIED, NOT_NEEDED, SKIPPED, DISABLED, FAILED, MISSED, INACTIVE) = (
     "waiting for import", "applied", "not needed", "skipped", "disabled", "failed",
@@ -48,8 +48,8 @@ _seen = set()  # target names on_module() was called with
 def states(read_versions=True):
     """The PatchState of every declared patch, in table order (its library's version read,
     unless ``read_versions`` is false)."""
-    from mpcompat import patches as patch_table
-    result = [_states.get(spec.name) or PatchState(spec) for spec in patch_table.PATCHES]
+    from mpcompat.patches import table
+    result = [_states.get(spec.name) or PatchState(spec) for spec in table.PATCHES]
     for st in result:
         missed = [t for t in st.spec.targets if t in sys.modules and t not in _seen]
         if st.state != WAITING:
@@ -219,8 +219,8 @@ def _apply(st, module):
             state, reason = SKIPPED, str(exc)
             warning = "skipped on %s %s: %s" % (st.distribution, st.version, exc)
         except Exception as exc:
-            from mpcompat.errors import describe
-            state, reason = FAILED, describe(exc)
+            from mpcompat.errors import describe_exception
+            state, reason = FAILED, describe_exception(exc)
             warning = "failed on %s %s and was skipped: %s" % (st.distribution, st.version,
                                                                reason)
             if st.spec.impl in sys.modules:

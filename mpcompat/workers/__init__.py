@@ -1,1 +1,1 @@
-"""Worker guards: child failure records, stuck-wait dumps."""
+"""Worker guards: the Pool's worker channels, worker start hooks, the user's frames."""

@@ -1,4 +1,4 @@
-"""mpcompat.workers.child_failures: a child records why it failed, its parent takes the record,
+"""mpcompat.child_failures.channel: a child records why it failed, its parent takes the record,
 through a socket the parent owns (nothing on disk).
 
 Real child processes (fork, spawn, forkserver) record; the test process is their parent. Tests
@@ -8,11 +8,12 @@ child interpreter.
 import multiprocessing
 import multiprocessing.connection
 import os
+import time
 
 import pytest
 
 import child_failures_helpers as h
-from mpcompat.workers import child_failures
+from mpcompat.child_failures import channel
 from testenv import child_env, run_python
 
 METHODS = ["fork", "spawn", "forkserver"]
@@ -35,12 +36,12 @@ def finish(*processes):
 @pytest.mark.parametrize("method", METHODS)
 def test_a_child_records_and_its_parent_takes_it_once(method):
     process = run_child(method, h.fail_and_record, "unpickling what its parent sent")
-    record = child_failures.take(process.pid)
-    assert record == {
-        "pid": process.pid, "error": "ValueError: the data is gone",
-        "notes": ["mpcompat: the fix is to bring the data back"],
-        "what": "unpickling what its parent sent", "time": record["time"]}
-    assert child_failures.take(process.pid) is None  # taken once
+    record = channel.take(process.pid)
+    assert (record.pid, record.what, record.error, record.notes) == (
+        process.pid, "unpickling what its parent sent", "ValueError: the data is gone",
+        ["mpcompat: the fix is to bring the data back"])
+    assert abs(record.time - time.time()) < 60
+    assert channel.take(process.pid) is None  # taken once
     finish(process)
     assert process.exitcode == 3
 
@@ -50,7 +51,7 @@ def test_note_for_names_each_child_and_the_notes_once():
     second = run_child("fork", h.fail_and_record, "starting")
     other = run_child("fork", h.fail_and_record, None, "another cause")
     nothing = run_child("fork", h.pid)  # exits 0 without a record
-    note = child_failures.note_for([first.pid, second.pid, nothing.pid, other.pid],
+    note = channel.note_for([first.pid, second.pid, nothing.pid, other.pid],
                                    "Pool worker process")
     assert note == "\n".join([
         "mpcompat: Pool worker process (pid %d) failed while starting: ValueError: the data is "
@@ -63,7 +64,7 @@ def test_note_for_names_each_child_and_the_notes_once():
         % other.pid,
         "mpcompat: the fix is to bring the data back",
     ])
-    assert child_failures.note_for([first.pid, other.pid], "Pool worker process") is None
+    assert channel.note_for([first.pid, other.pid], "Pool worker process") is None
     finish(first, second, other, nothing)
 
 
@@ -71,22 +72,22 @@ def test_records_only_in_multiprocessing_children_and_never_raises():
     try:
         raise KeyError("parent")
     except KeyError as exc:
-        assert child_failures.record(exc, what="not a child") is None
-    assert child_failures.take(os.getpid()) is None
+        assert channel.record(exc, what="not a child") is None
+    assert channel.take(os.getpid()) is None
     process = run_child("fork", h.record_unprintable)
-    record = child_failures.take(process.pid)
-    assert record["error"] == "Unprintable: <unprintable>" and record["notes"] == []
-    assert child_failures.take("not a pid") is None
-    assert child_failures.note_for(["x"], "worker") is None
+    record = channel.take(process.pid)
+    assert record.error == "Unprintable: <unprintable>" and record.notes == []
+    assert channel.take("not a pid") is None
+    assert channel.note_for(["x"], "worker") is None
     finish(process)
 
 
 def test_a_record_from_an_earlier_child_with_the_same_pid_is_dropped_at_start():
     process = run_child("fork", h.fail_and_record, "x")
     # What Process.start does around the start of a new child that gets the same pid.
-    child_failures.listen()
-    child_failures.started(process.pid, child_failures.starting())
-    assert child_failures.take(process.pid) is None
+    channel.listen()
+    channel.started(process.pid, channel.starting())
+    assert channel.take(process.pid) is None
     finish(process)
 
 
@@ -94,7 +95,7 @@ PILE = """
 import multiprocessing, os, sys, tempfile
 import mpcompat
 import child_failures_helpers as h
-from mpcompat.workers import child_failures
+from mpcompat.child_failures import channel
 
 if sys.argv[1] == "elsewhere":
     # The socket-file channel of other Unix systems; the kernel names no sender here (no
@@ -110,7 +111,7 @@ print("EXIT CODES", sorted(set(p.exitcode for p in children)))
 flag = ctx.Value("i", 0)
 with ctx.Pool(2, initializer=h.fail_once, initargs=(flag,)) as pool:  # fails once, recovers
     print("POOL", pool.map(h.double, range(4)), flag.value)
-print("KEPT", len(child_failures._channel.records))
+print("KEPT", len(channel._channel.records))
 print("FILES", sorted(os.listdir(tempfile.gettempdir())))
 print("ENVIRON", [k for k in os.environ if k.startswith("MPCOMPAT") and k != "MPCOMPAT_WARNED"])
 """

@@ -1,4 +1,4 @@
-"""mpcompat.workers.child_failures against processes that are not the parent's children, and
+"""mpcompat.child_failures.channel against processes that are not the parent's children, and
 children that send what is not a record: the channel reads only the children this process
 started, never waits for a slow sender, and a bad record never costs a good one.
 
@@ -15,7 +15,7 @@ COMMON = """
 import multiprocessing, multiprocessing.connection, os, socket, sys, time
 import mpcompat
 import child_failures_helpers as h
-from mpcompat.workers import child_failures
+from mpcompat.child_failures import channel
 
 ctx = multiprocessing.get_context(sys.argv[1])
 
@@ -25,7 +25,7 @@ def open_channel():
     first = ctx.Process(target=h.pid)
     first.start()
     first.join()
-    return child_failures.address().split(":", 1)[1].replace("@", "\\0", 1)
+    return channel.address().split(":", 1)[1].replace("@", "\\0", 1)
 
 
 def failed_child():
@@ -80,8 +80,8 @@ def take_real_record():
     child = failed_child()
     with tricklers(address):
         began = time.monotonic()
-        record = child_failures.take(child.pid)
-    return "TAKE %.3f %s" % (time.monotonic() - began, record and record["error"])
+        record = channel.take(child.pid)
+    return "TAKE %.3f %s" % (time.monotonic() - began, record and record.error)
 
 
 def worker_lost():
@@ -123,12 +123,12 @@ def forge(pid=None, uid=None):
     try:
         raise ValueError("forged")
     except ValueError as exc:
-        child_failures.record(exc)
+        channel.record(exc)
 
 
 def grandchild(top):
-    child_failures.listen()  # this process's own channel ...
-    child_failures._channel.address = top  # ... but its fork child inherits the top one's
+    channel.listen()  # this process's own channel ...
+    channel._channel.address = top  # ... but its fork child inherits the top one's
     p = multiprocessing.get_context("fork").Process(target=h.fail_and_record, args=("x",))
     p.start()
     p.join()
@@ -140,14 +140,14 @@ strangers = [fork_stranger(forge), fork_stranger(forge, real.pid),
              fork_stranger(forge, real.pid, 65534)]
 for pid in strangers:
     os.waitpid(pid, 0)
-print("REAL", child_failures.take(real.pid)["error"], flush=True)
-print("STRANGER", child_failures.take(strangers[0]), flush=True)
+print("REAL", channel.take(real.pid).error, flush=True)
+print("STRANGER", channel.take(strangers[0]), flush=True)
 middle = multiprocessing.get_context("fork").Process(target=grandchild,
-                                                    args=(child_failures.address(),))
+                                                    args=(channel.address(),))
 middle.start()
 middle.join()
-child_failures._read()
-print("KEPT", len(child_failures._channel.records), middle.exitcode, flush=True)
+channel._read()
+print("KEPT", len(channel._channel.records), middle.exitcode, flush=True)
 """
 
 
@@ -163,7 +163,7 @@ def test_records_of_processes_this_one_did_not_start_are_ignored():
 
 DEEP = COMMON + """
 open_channel()
-address = child_failures.address()
+address = channel.address()
 # All start first, then send in turn: no start reads the channel between them.
 bad_go, real_go = ctx.Event(), ctx.Event()
 sent = [b"[" * 100000 + b"]" * 100000, b"garbage", b"7\\0abc"]
@@ -175,9 +175,9 @@ bad_go.set()
 multiprocessing.connection.wait([child.sentinel for child in bad], 60)
 real_go.set()
 multiprocessing.connection.wait([real.sentinel], 60)
-record = child_failures.take(real.pid)  # one read: the bad records come first
-print("REAL", record and record["error"], flush=True)
-print("BAD", [child_failures.take(child.pid) for child in bad], flush=True)
+record = channel.take(real.pid)  # one read: the bad records come first
+print("REAL", record and record.error, flush=True)
+print("BAD", [channel.take(child.pid) for child in bad], flush=True)
 """
 
 
@@ -201,7 +201,7 @@ class ReadWhileStarting(multiprocessing.context.ForkProcess):
     def _Popen(process_obj):
         popen = multiprocessing.context.ForkProcess._Popen(process_obj)
         multiprocessing.connection.wait([popen.sentinel], 60)
-        reader = threading.Thread(target=child_failures.take, args=(0,))
+        reader = threading.Thread(target=channel.take, args=(0,))
         reader.start()
         reader.join()
         return popen
@@ -210,8 +210,8 @@ class ReadWhileStarting(multiprocessing.context.ForkProcess):
 open_channel()
 child = ReadWhileStarting(target=h.fail_and_record, args=("starting",))
 child.start()
-record = child_failures.take(child.pid)
-print("RECORD", record and record["error"], flush=True)
+record = channel.take(child.pid)
+print("RECORD", record and record.error, flush=True)
 child.join()
 """
 
@@ -225,10 +225,10 @@ QUIET = COMMON + """
 open_channel()
 child = failed_child()
 before = set(sys.modules)
-child_failures.listen()
-note = child_failures.note_for([child.pid], "Pool worker process")
-child_failures.discard([child.pid])
-child_failures.take(child.pid)
+channel.listen()
+note = channel.note_for([child.pid], "Pool worker process")
+channel.discard([child.pid])
+channel.take(child.pid)
 print("NOTE", note is not None, flush=True)
 print("IMPORTED", sorted(set(sys.modules) - before), flush=True)
 """

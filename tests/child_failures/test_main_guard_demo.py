@@ -1,6 +1,6 @@
 """The demo scenario mpcompat.demo.scenario_main_guard, through the demo runner: a spawn
 Pool mapping an object whose class is defined under the main guard (stdlib only)."""
-from mpcompat import demo
+from mpcompat.cli import demo
 from testenv import missing_in_main
 
 NAME = "mpcompat.demo.scenario_main_guard"

@@ -1,6 +1,6 @@
 """multiprocessing.bootstrap_notes in spawn and forkserver children that fail while starting:
 the child's traceback explains a name missing from ``__mp_main__``, and the error is recorded
-for the parent (mpcompat.workers.child_failures). Real scripts, run in a child interpreter, with
+for the parent (mpcompat.child_failures.channel). Real scripts, run in a child interpreter, with
 mpcompat activated by the script's own ``import mpcompat`` or at start-up (``mpcompat run``),
 and without it (``MPCOMPAT_DISABLE=1``)."""
 import json
@@ -148,18 +148,18 @@ def test_the_missing_main_guard_is_recorded_with_its_note(tmp_path, route):
 HOOK = '''\
 import sys
 import mpcompat
-from mpcompat.patches import mp_bootstrap_notes as patch
+from mpcompat.child_failures import spawn_child
 
 def work():
     pass
 
 if __name__ == "__mp_main__":  # in the spawn child, while it imports this script
     import multiprocessing.spawn as spawn
-    hooked = isinstance(sys.excepthook, patch._ExceptHook)
+    hooked = isinstance(sys.excepthook, spawn_child.ExceptHook)
     mpcompat.deactivate()
     restored = sys.excepthook is sys.__excepthook__ and not hasattr(spawn._main, "__wrapped__")
     mpcompat.activate()
-    print("CHILD", hooked, restored, isinstance(sys.excepthook, patch._ExceptHook), flush=True)
+    print("CHILD", hooked, restored, isinstance(sys.excepthook, spawn_child.ExceptHook), flush=True)
 
 if __name__ == "__main__":
     import multiprocessing

@@ -247,7 +247,8 @@ def test_heavy_module_check_can_fail():
 
 
 def test_start_up_defers_copyreg_registry_and_patch_manager():
-    """A fresh interpreter loads four small modules; the rest waits until it is needed."""
+    """A fresh interpreter loads the activation, the table and the import hook (small modules,
+    with their packages); the rest waits until it is needed."""
     code = """if 1:
     import sys
     import mpcompat
@@ -263,7 +264,8 @@ def test_start_up_defers_copyreg_registry_and_patch_manager():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert eval(lines[0]) == ["mpcompat", "mpcompat.activation", "mpcompat.patches",
-                              "mpcompat.patching"]
+                              "mpcompat.patches.table", "mpcompat.patching",
+                              "mpcompat.patching.importhook", "mpcompat.patching.spec"]
     assert lines[1:] == ["dict_keys", "False", "multiprocessing.pickling_notes applied"]
 
 

@@ -4,7 +4,7 @@ untested there; one that does not find them stays off, with one warning."""
 from testenv import run_python
 
 NEWER = """
-import mpcompat.patching.versions as versions
+from mpcompat.patching import versions
 versions.python_version = lambda: "3.16.0"
 import multiprocessing.pool, multiprocessing.spawn
 import mpcompat

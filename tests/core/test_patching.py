@@ -1,7 +1,7 @@
 """The patch machinery: table, lenient versions, import hook, manager, status, command line.
 
 Torch-free and library-free: the patches under test are entries added to mpcompat's own table
-(``patch_table.PATCHES``) that point at the tiny patch modules and target modules in
+(``table.PATCHES``) that point at the tiny patch modules and target modules in
 ``tests/patchkit``. Tests with the real nuscenes-devkit patches live in ``tests/old_stack``.
 """
 import importlib
@@ -15,9 +15,9 @@ import pytest
 
 import mpcompat
 from mpcompat import MpcompatWarning, PatchUnavailable
-from mpcompat import patches as patch_table
+from mpcompat.patches import table
 from mpcompat.patching import versions
-from mpcompat.patches import PatchSpec
+from mpcompat.patching.spec import PatchSpec
 
 from testenv import REPO, child_env, run_python
 
@@ -42,14 +42,14 @@ def add_patch(monkeypatch):
     mpcompat.deactivate()
     monkeypatch.delenv("MPCOMPAT_DISABLED_PATCHES", raising=False)
     monkeypatch.setenv("MPCOMPAT_WARNED", "")  # each test starts a fresh "process tree"
-    monkeypatch.setattr(patch_table, "PATCHES", patch_table.PATCHES)
+    monkeypatch.setattr(table, "PATCHES", table.PATCHES)
     _drop_targets()
 
     def add(name, target=ALPHA, impl="patchkit.good", distributions=(), supported=""):
         spec = PatchSpec(name=name, targets=(target,), distributions=distributions,
                          supported=supported, impl=impl,
                          summary="test patch %s" % name)
-        patch_table.PATCHES = patch_table.PATCHES + (spec,)
+        table.PATCHES = table.PATCHES + (spec,)
         return spec
     yield add
     mpcompat.deactivate()
@@ -97,13 +97,13 @@ def test_versions_are_read_leniently():
     assert versions.in_range(PYTHON, "")
     with pytest.raises(ValueError, match="bad version clause"):
         versions.in_range("1.0", "~=1.0")
-    for spec in patch_table.PATCHES:  # every declared range parses
+    for spec in table.PATCHES:  # every declared range parses
         versions.in_range("1.0", spec.supported)
 
 
 def test_the_table_is_immutable():
-    spec = patch_table.PATCHES[0]
-    assert isinstance(patch_table.PATCHES, tuple) and isinstance(spec.targets, tuple)
+    spec = table.PATCHES[0]
+    assert isinstance(table.PATCHES, tuple) and isinstance(spec.targets, tuple)
     with pytest.raises(AttributeError, match="immutable"):
         spec.supported = ""
     assert spec.supported == ">=1.9,<2.14"
@@ -114,8 +114,8 @@ def test_reading_the_table_imports_nothing():
 import sys
 import mpcompat
 before = set(sys.modules)
-from mpcompat import patches as patch_table
-rows = [(s.name, s.impl, s.targets, s.supported) for s in patch_table.PATCHES]
+from mpcompat.patches import table
+rows = [(s.name, s.impl, s.targets, s.supported) for s in table.PATCHES]
 print(sorted(set(sys.modules) - before))
 before = set(sys.modules)
 mpcompat.activate()
@@ -124,7 +124,8 @@ print(sorted(set(sys.modules) - before))
     proc = run_python(code, env=child_env(MPCOMPAT_DISABLE="1"))
     assert proc.returncode == 0, proc.stderr
     table_imports, activation_imports = [eval(line) for line in proc.stdout.splitlines()]
-    assert set(table_imports) <= {"mpcompat.patches"}
+    assert set(table_imports) <= {"mpcompat.patches", "mpcompat.patches.table",
+                                  "mpcompat.patching", "mpcompat.patching.spec"}
     heavy = ("torch", "nuscenes", "mmcv", "numpy", "mpcompat.patches.", "importlib.metadata")
     assert [m for m in activation_imports if m.startswith(heavy)] == []
 
@@ -332,7 +333,7 @@ def test_status_lists_every_state_with_reason_and_version(add_patch):
     assert rows["test.waiting"].version == _pytest_version()
     assert rows["test.applied"].version == PYTHON
     text = str(report)
-    for spec in patch_table.PATCHES:
+    for spec in table.PATCHES:
         assert spec.name in text
     for needle in ("needs no patch", "RuntimeError: boom", "disabled by activate",
                    "pytest %s" % _pytest_version(), "Python %s" % PYTHON,
@@ -348,7 +349,7 @@ def test_command_line_status():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("mpcompat %s: active" % mpcompat.__version__)
-    for spec in patch_table.PATCHES:
+    for spec in table.PATCHES:
         row = [line for line in lines if line.split()[:1] == [spec.name]]
         assert len(row) == 1, (spec.name, proc.stdout)
         if spec.name in ("nuscenes.tracking_config", "torch.generator"):

@@ -1,7 +1,7 @@
 """A worker that crashes in native code (a real SIGSEGV: ``ctypes.string_at(0)``) in a Pool task
 or a ProcessPoolExecutor task: its parent learns the worker's Python stack at the crash, the
 user's crashing line named first, with no frame of mpcompat's, and the user set nothing
-(``mpcompat.workers.crash_stacks``). With the program's own faulthandler on
+(``mpcompat.child_failures.crash_stacks``). With the program's own faulthandler on
 (``PYTHONFAULTHANDLER=1``) its dump to the worker's stderr still happens, and the parent says
 where the stack went. No crash file outlives what it is for. Each scenario runs in a fresh
 child bounded by a timeout."""
@@ -101,7 +101,7 @@ LIFETIME = '''\
 import multiprocessing, os, signal, sys, time
 import mpcompat
 from crash_helpers import segfault
-from mpcompat.workers import crash_stacks
+from mpcompat.child_failures import crash_stacks
 from pool_workers_helpers import report
 
 
@@ -165,7 +165,7 @@ READ_IN_A_THREAD = '''\
 import multiprocessing, sys, threading, time
 import mpcompat
 from crash_helpers import segfault
-from mpcompat.workers import crash_stacks
+from mpcompat.child_failures import crash_stacks
 from pool_workers_helpers import report
 
 

@@ -3,7 +3,7 @@ test_dataloader_batches.py checks as "before"). Each runs a script in a child in
 mpcompat active at start-up, bounded by the scenario's timeout."""
 import importlib
 
-from mpcompat import demo
+from mpcompat.cli import demo
 
 BATCH = "mpcompat.demo.scenario_unpicklable_batch"
 GUARD = "mpcompat.demo.scenario_dataset_under_main_guard"

@@ -120,11 +120,11 @@ def test_tensors_are_not_walked():
 
 
 def test_demo_scenario_reports_the_path(restore_mpcompat):
-    from mpcompat.demo import scenario_lambda_transform as scenario
+    from mpcompat.demo import scenario_lambda_transform
     mpcompat.activate()
-    outcome = scenario.run()
+    outcome = scenario_lambda_transform.run()
     assert "dataset.pipeline.transforms[2]" in outcome and "lambda" in outcome
     mpcompat.deactivate()
     with pytest.raises(LOCAL_OBJECT_ERROR) as info:
-        scenario.run()
+        scenario_lambda_transform.run()
     assert notes_of(info.value) == [] and "<lambda>" in str(info.value)

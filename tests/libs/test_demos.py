@@ -6,7 +6,7 @@ one spawn worker instead of the demo's two (each worker imports torch and the li
 """
 import importlib
 
-from mpcompat import demo
+from mpcompat.cli import demo
 
 NUSCENES, MMCV = "mpcompat.demo.scenario_nuscenes", "mpcompat.demo.scenario_mmcv"
 

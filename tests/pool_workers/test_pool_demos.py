@@ -2,7 +2,7 @@
 interpreter without and with mpcompat (no torch, 3.8-3.13)."""
 import importlib
 
-from mpcompat import demo
+from mpcompat.cli import demo
 
 VIEWS, INITIALIZER = "mpcompat.demo.scenario_views_pool", "mpcompat.demo.scenario_pool_initializer"
 
@@ -36,7 +36,7 @@ def test_pool_initializer_hangs_without_and_fails_fast_with_mpcompat():
     assert " s, naming the workers' error: OperationalError: unable to open database file " \
         "(while running the Pool's initializer open_db() at " in summary, summary
     import inspect
-    from mpcompat.demo import scenario_pool_initializer as scenario
-    source, first = inspect.getsourcelines(scenario.open_db)
+    from mpcompat.demo import scenario_pool_initializer
+    source, first = inspect.getsourcelines(scenario_pool_initializer.open_db)
     line = first + [i for i, text in enumerate(source) if "sqlite3.connect(" in text][0]
     assert summary.endswith("scenario_pool_initializer.py, line %d, in open_db)" % line), summary

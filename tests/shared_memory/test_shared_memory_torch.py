@@ -3,7 +3,7 @@ mount namespace of its own, ``unshare -m``): torch 2.x fails with "unable to all
 memory ... No space left on device", torch 1.x's worker dies of SIGBUS. Either way the error
 names what was measured: /dev/shm's size and use, the loader's num_workers x prefetch_factor,
 the batch's size where it can be read, and the fix with numbers
-(``mpcompat.workers.shared_memory``). Needs root (a mount namespace); each scenario runs in a
+(``mpcompat.child_failures.shared_memory``). Needs root (a mount namespace); each scenario runs in a
 fresh child bounded by a timeout."""
 import os
 import shutil
@@ -40,7 +40,7 @@ if __name__ == "__main__":
         list(loader)
         report({"error": "no error"})
     except RuntimeError as exc:
-        from mpcompat.workers import crash_stacks
+        from mpcompat.child_failures import crash_stacks
         pid = re.search(r"pid\\(?s?\\)? (\\d+)", str(exc))
         report({"error": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
                 "method": method or multiprocessing.get_start_method(),

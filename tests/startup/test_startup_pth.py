@@ -35,7 +35,7 @@ def test_a_plain_script(installed, flags, disabled):
         assert report["mpcompat_file"] is None
     else:
         assert report["result"] == VIEWS
-        assert report["view_reducer"] == "mpcompat.pickling"
+        assert report["view_reducer"] == "mpcompat.pickling.builtin"
         assert report["mpcompat_file"].startswith(installed.site_packages)
         # Twice: a venv processes its .pth files twice per start (CPython #75723).
         assert report["bootstrap_calls"] == ["mpcompat.pth", "mpcompat.pth"]

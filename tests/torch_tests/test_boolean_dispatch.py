@@ -285,7 +285,7 @@ def test_first_report_torch_multiprocessing_spawn():
 
 
 def test_demo_scenario_fails_without_mpcompat():
-    from mpcompat import demo
+    from mpcompat.cli import demo
     ok, summary, output = demo.run_scenario(SCENARIO, "without")
     assert not ok and LOCAL_OBJECT_ERROR.search(summary), output
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import mpcompat
-from mpcompat import rebuild_views as rebuild
+from mpcompat import rebuild_views
 from mpcompat.patches import torch_safe_globals
 
 
@@ -77,12 +77,12 @@ def test_revert_keeps_safe_globals_it_did_not_add(restore_mpcompat):
     def users_own():
         """A safe global a user registered."""
     mpcompat.deactivate()
-    with torch.serialization.safe_globals([users_own, rebuild.rebuild_dict_keys]):
+    with torch.serialization.safe_globals([users_own, rebuild_views.rebuild_dict_keys]):
         mpcompat.activate()
         mpcompat.deactivate()
         left = torch.serialization.get_safe_globals()
-        assert users_own in left and rebuild.rebuild_dict_keys in left
-        assert rebuild.rebuild_dict_values not in left
+        assert users_own in left and rebuild_views.rebuild_dict_keys in left
+        assert rebuild_views.rebuild_dict_values not in left
     mpcompat.activate()
 
 

@@ -1,4 +1,4 @@
-"""A stuck collective names the rank that stalled (the ``torch.collective_watch`` patch): two
+"""A stuck collective names the rank that stalled (the ``torch.collective_hang_dump`` patch): two
 torchrun agents on this machine, as two nodes of one job (c10d rendezvous), one rank each; rank
 1 sleeps before its second all_reduce while rank 0 waits in it, with MPCOMPAT_HANG_DUMP=3."""
 import os

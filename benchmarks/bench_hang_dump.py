@@ -1,8 +1,8 @@
-"""Benchmark the stuck-wait hooks when no wait is long: MPCOMPAT_HANG_DUMP=600 vs unset.
+"""Benchmark the hang-dump hooks when no wait is long: MPCOMPAT_HANG_DUMP=600 vs unset.
 
 With ``MPCOMPAT_HANG_DUMP`` set, every wait that may block (a DataLoader batch, a Pool result,
 a future's result) is registered with the watchdog and unregistered after it (patches
-``torch.stuck_waits``, ``multiprocessing.stuck_waits``, ``concurrent_futures.stuck_waits``).
+``torch.hang_dump``, ``multiprocessing.hang_dump``, ``concurrent_futures.hang_dump``).
 Timed in one long-lived child process (mpcompat active, as ``mpcompat run`` makes it), its
 DataLoader, Pool and executor kept across timings, switched between ``MPCOMPAT_HANG_DUMP=600``
 ("set": the patches applied) and the variable removed ("unset": the patches "not needed", the
@@ -17,10 +17,9 @@ process). Cases: a DataLoader epoch (2 fork workers, persistent, 100 batches of 
 tensor), ``Pool.map`` of 1000 small tasks (2 fork workers, chunksize 1: 1000 chunks
 arriving), 500 ``Pool.apply_async(...).get()`` round trips, 2000 ThreadPoolExecutor
 ``submit(...).result()`` round trips; and the cost of registering one wait
-(``hang_watch.call_watched`` around a call, over the call alone) against the cheapest of those
-round trips. Target: ratio
-<= 1.05. Run: ``python benchmarks/bench_hang_watch.py [--quick]`` or
-``benchmarks/run.py hang_watch``.
+(``watchdog.call_watched`` around a call, over the call alone) against the cheapest of those
+round trips. Target: ratio <= 1.05. Run: ``python benchmarks/bench_hang_dump.py [--quick]`` or
+``benchmarks/run.py hang_dump``.
 """
 import gc
 import os
@@ -38,7 +37,7 @@ if REPO not in sys.path:
 from _common import print_tables, Table, fmt_ms, median, verdict  # noqa: E402
 
 TARGET = 1.05
-PATCHES = ("torch.stuck_waits", "multiprocessing.stuck_waits", "concurrent_futures.stuck_waits")
+PATCHES = ("torch.hang_dump", "multiprocessing.hang_dump", "concurrent_futures.hang_dump")
 CASES = ("DataLoader epoch: 100 batches, 2 workers",
          "Pool.map: 1000 small tasks, chunksize 1",
          "Pool.apply_async(...).get(): 500 round trips",
@@ -184,7 +183,7 @@ def run(quick=False):
             child.wait(30)
         except Exception:
             child.kill()
-    table = Table("Stuck-wait hooks when no wait is long: MPCOMPAT_HANG_DUMP=600 vs unset",
+    table = Table("Hang-dump hooks when no wait is long: MPCOMPAT_HANG_DUMP=600 vs unset",
                   ["case", "unset", "MPCOMPAT_HANG_DUMP=600", "ratio (medians)",
                    "ratio (paired median)", "A/A control (medians)", "set / slower unset",
                    "target", "result", "CPU ratio (medians)"])
@@ -215,13 +214,13 @@ def run(quick=False):
 
 
 def _registration_table(trip, quick):
-    """The cost of one watched wait (hang_watch.call_watched around a call, over the call
+    """The cost of one watched wait (watchdog.call_watched around a call, over the call
     alone), in this process's main thread, against the cheapest round trip measured above."""
-    from mpcompat.workers import hang_watch
+    from mpcompat.hang_dump import watchdog
     from _common import interleaved
-    hang_watch._state.seconds = 600.0
-    kind, obj, loops = hang_watch.kind(repr), object(), 200000
-    watched = hang_watch.call_watched
+    watchdog._state.seconds = 600.0
+    kind, obj, loops = watchdog.WaitKind(repr), object(), 200000
+    watched = watchdog.call_watched
 
     def wait():
         pass
@@ -240,7 +239,7 @@ def _registration_table(trip, quick):
     table = Table("Registering one wait with the watchdog (call_watched)",
                   ["what", "per wait", "share of one Future.result() round trip (%.1f us)"
                    % (trip * 1e6), "target", "result"])
-    table.add("hang_watch.call_watched(obj, kind, wait)", "%.2f us" % (cost * 1e6),
+    table.add("watchdog.call_watched(obj, kind, wait)", "%.2f us" % (cost * 1e6),
               "%.2f %%" % (share * 100), "<= %d %%" % round((TARGET - 1) * 100),
               verdict(share <= TARGET - 1))
     table.notes.append("%d waits per loop, best of interleaved rounds, minus the same loop "

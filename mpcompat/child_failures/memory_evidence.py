@@ -16,7 +16,6 @@ import os
 import sys
 import time
 
-__all__ = ["snapshot", "started", "reaped", "oom_verdict", "peak", "size"]
 
 _KEPT = 10000            # workers remembered, newest kept
 _LOG_RECORDS = 100000    # kernel log records read at most

@@ -1,23 +1,25 @@
-"""Stuck-wait dumps: ``MPCOMPAT_HANG_DUMP=SECONDS`` shows where a long wait is stuck.
+"""The hang dump's watchdog: ``MPCOMPAT_HANG_DUMP=SECONDS`` shows where a long wait is stuck.
 
 When the main thread has waited SECONDS without progress, the stacks of this process's threads
 and of each live worker process of that wait go to stderr in one dump, the stuck ones first;
 again after twice as long, and so on (saying what changed). Nothing is killed. Off by default:
-long waits are often legitimate.
+long waits are often legitimate. ``MPCOMPAT_HANG_DUMP`` is read here only
+(:func:`seconds_from_env`), for every hang-dump patch.
 
-- The waiting side: patches wrap a wait in :func:`call_watched` (a list made and a slot set,
-  cheap enough for every batch). One bare thread per process, started by a wait, polls that
-  slot every SECONDS/4 (at most 1 s) and stops within 0.1 s of the main thread waiting for
-  nothing. Only the main thread's waits are watched: helper threads often wait for ever.
+- The waiting side: patches wrap a wait in :func:`call_watched` (a :class:`WatchedWait` made
+  and a slot set, cheap enough for every batch). One bare thread per process, started by a
+  wait, polls that slot every SECONDS/4 (at most 1 s) and stops within 0.1 s of the main thread
+  waiting for nothing. Only the main thread's waits are watched: helper threads often wait for
+  ever.
 - The worker side: :func:`arm_workers` registers ``faulthandler`` on SIGURG (all threads,
   chained), writing to a memory file of the worker's own (Linux; else stderr) that the waiting
   process reads through /proc, to order, condense and trim the stacks
-  (:mod:`mpcompat.workers.stack_view`); forked children open their own, spawn and forkserver
-  children register it when the ``multiprocessing.stuck_waits`` patch applies on
-  ``multiprocessing.process``. SIGURG because
-  it is ignored by default: a process without the handler is never killed by it, and only
-  out-of-band socket data sends it otherwise (SIGUSR1/2 kill by default; SIGWINCH comes with
-  every terminal resize, SIGCHLD with every grandchild's exit).
+  (:mod:`mpcompat.hang_dump.stacks`); forked children open their own, spawn and forkserver
+  children register it when the ``multiprocessing.hang_dump`` patch applies on
+  ``multiprocessing.process``. SIGURG because it is ignored by default: a process without the
+  handler is never killed by it, and only out-of-band socket data sends it otherwise (SIGUSR1/2
+  kill by default; SIGWINCH comes with every terminal resize, SIGCHLD with every grandchild's
+  exit).
 - Fork safety: a forked child resets the state (no watchdog, no wait); a fork waits (at most
   1 s) for a dump's write to end, so that no child starts with stderr's buffer locked.
 """
@@ -29,8 +31,7 @@ import threading
 import time
 from _thread import allocate_lock, get_ident, start_new_thread
 
-from mpcompat.workers import stack_view
-from mpcompat.workers.stack_view import parse_faulthandler
+from mpcompat.hang_dump import stacks
 from mpcompat.workers.user_frames import drop_own_frames
 
 VAR = "MPCOMPAT_HANG_DUMP"
@@ -40,7 +41,7 @@ _WORKER_PAUSE = 0.15     # seconds left to a signalled worker to write its stack
 _DELIVERY_LIMIT = 2.0    # seconds to wait at most for the signal to reach a busy worker
 
 
-class _State(object):
+class _WatchdogState(object):
     """This process's watchdog state, in one place (reset in a forked child)."""
 
     __slots__ = ("current", "main", "seconds", "started", "start_lock", "write_lock",
@@ -48,8 +49,8 @@ class _State(object):
                  "starting")
 
     def __init__(self):
-        # The main thread's wait: [obj, kind, outer wait] or None; an attribute load and a
-        # store per wait, no clock read (the watchdog dates a wait when it first sees it).
+        # The main thread's wait (a WatchedWait) or None; an attribute load and a store per
+        # wait, no clock read (the watchdog dates a wait when it first sees it).
         self.current = None
         self.main = threading.main_thread().ident
         self.seconds = None      # SECONDS, as last read by require(); None: off
@@ -66,20 +67,32 @@ class _State(object):
         self.starting = None     # the workers' stacks when a dump was skipped: they imported
 
 
-_state = _State()
+_state = _WatchdogState()
 
 
-def kind(describe, workers=None, progress=None):
-    """What a kind of wait is, for the dump, as a tuple of functions of the waited-for object:
+class WaitKind(object):
+    """What a kind of wait is, for the dump: functions of the waited-for object.
     describe(obj) -> str; workers(obj) -> [(label, multiprocessing process)] to ask for their
     stacks; progress(obj) -> a value that changes with progress (called by the watchdog only)."""
-    return (describe, workers, progress)
+
+    __slots__ = ("describe", "workers", "progress")
+
+    def __init__(self, describe, workers=None, progress=None):
+        self.describe, self.workers, self.progress = describe, workers, progress
 
 
-def require():
-    """Return SECONDS and switch the watchdog on with it; raise ``NotNeeded`` when
-    ``MPCOMPAT_HANG_DUMP`` is unset or not a positive number (which warns once)."""
-    from mpcompat.patches import NotNeeded
+class WatchedWait(object):
+    """The main thread's wait for ``obj`` (None once it ended: the watchdog must not keep it
+    alive), a wait of ``kind`` (a WaitKind), inside the wait ``outer`` (or None). Its fields are
+    set by :func:`enter`: an ``__init__`` would add a call to every wait."""
+
+    __slots__ = ("obj", "kind", "outer")
+
+
+def seconds_from_env(quiet=False):
+    """SECONDS from ``MPCOMPAT_HANG_DUMP``, for every hang-dump patch; raise ``NotNeeded`` when
+    it is unset or not a positive number (which warns once, unless ``quiet``)."""
+    from mpcompat.patching.spec import NotNeeded
     raw = os.environ.get(VAR, "").strip()
     if not raw:
         raise NotNeeded("%s is not set" % VAR)
@@ -88,29 +101,39 @@ def require():
     except ValueError:
         value = 0.0
     if not 0 < value < float("inf"):
-        from mpcompat.errors import warn
-        warn("%s=%r is not a number of seconds: expected a positive number, e.g. "
-             "%s=300 to dump the stacks of a wait that lasts 300 s without "
-             "progress; stuck-wait dumps stay off" % (VAR, raw, VAR))
+        if not quiet:
+            from mpcompat.errors import warn
+            warn("%s=%r is not a number of seconds: expected a positive number, e.g. "
+                 "%s=300 to dump the stacks of a wait that lasts 300 s without "
+                 "progress; hang dumps stay off" % (VAR, raw, VAR))
         raise NotNeeded("%s=%r is not a positive number" % (VAR, raw))
-    _state.seconds = value
     return value
 
 
-def short(timeout):
+def require():
+    """Return SECONDS and switch the watchdog on with it; raise ``NotNeeded`` when
+    ``MPCOMPAT_HANG_DUMP`` is unset or not a positive number (which warns once)."""
+    _state.seconds = seconds_from_env()
+    return _state.seconds
+
+
+def short_timeout(timeout):
     """Whether a wait bounded by ``timeout`` (None: unbounded) cannot outlast SECONDS."""
     limit = _state.seconds
     return timeout is not None and (limit is None or timeout < limit)
 
 
 def enter(obj, kind):
-    """Record that the main thread starts waiting for ``obj``; return a token for
-    :func:`leave` (None off the main thread: not watched). Nested waits stack."""
+    """Record that the main thread starts waiting for ``obj`` (a wait of the WaitKind
+    ``kind``); return a WatchedWait for :func:`leave` (None off the main thread: not watched).
+    Nested waits stack."""
     if get_ident() != _state.main:
         return None
-    rec = _state.current = [obj, kind, _state.current]
-    if not _state.started:  # after the wait is visible: see _watch()
-        _start()
+    rec = WatchedWait()
+    rec.obj, rec.kind, rec.outer = obj, kind, _state.current
+    _state.current = rec
+    if not _state.started:  # after the wait is visible: see _watchdog_loop()
+        _start_watchdog()
     return rec
 
 
@@ -118,9 +141,9 @@ def leave(token):
     """The wait recorded by :func:`enter` is over: forget it (and its object, which the
     watchdog must not keep alive)."""
     if token is not None:
-        token[0] = None
+        token.obj = None
         if _state.current is token:
-            _state.current = token[2]
+            _state.current = token.outer
 
 
 def call_watched(obj, kind, call, *args, **kwargs):
@@ -144,7 +167,7 @@ def watched_method(original, kind, ready):
     @functools.wraps(original)
     def method(self, timeout=None):
         try:
-            if ready(self) or short(timeout):
+            if ready(self) or short_timeout(timeout):
                 return original(self, timeout)
             return call_watched(self, kind, original, self, timeout)
         except BaseException as exc:
@@ -155,7 +178,7 @@ def watched_method(original, kind, ready):
     return method
 
 
-def _start():
+def _start_watchdog():
     with _state.start_lock:
         if _state.started:
             return
@@ -163,12 +186,12 @@ def _start():
         try:
             # A bare thread: never in threading.enumerate() nor threading._dangling, which
             # test harnesses compare right after a test.
-            start_new_thread(_watch, ())
+            start_new_thread(_watchdog_loop, ())
         except Exception:
             pass
 
 
-def _watch():
+def _watchdog_loop():
     """The watchdog loop: runs while the main thread waits, stops 0.1 s after it waits for
     nothing."""
     seen = last = None
@@ -210,7 +233,8 @@ def _watch():
 
 def _progress(rec):
     try:
-        return rec[1][2](rec[0]) if rec[1][2] is not None else None
+        progress = rec.kind.progress
+        return progress(rec.obj) if progress is not None else None
     except Exception:
         return None
 
@@ -228,16 +252,16 @@ def dump(rec, since, quiet, next_at):
     thread or worker; a repeat dump shows only what changed (see patches.md). Returns False,
     writing nothing, while all its workers import and their stacks change: they start."""
     stream = sys.stderr
-    obj, kind = rec[0], rec[1]
+    obj, kind = rec.obj, rec.kind
     if stream is None or obj is None:  # obj None: the wait ended as the watchdog looked
         return True
     pid = os.getpid()
     try:
-        what = kind[0](obj)
+        what = kind.describe(obj)
     except Exception as exc:
         what = "%s (could not be described: %s)" % (type(obj).__name__, exc)
     try:
-        workers = list(kind[1](obj) or ()) if kind[1] is not None else []
+        workers = list(kind.workers(obj) or ()) if kind.workers is not None else []
     except Exception:
         workers = []
     obj = None
@@ -291,9 +315,9 @@ class _Section(object):
     def __init__(self, key, title, stack, main=False, worker=None):
         self.key, self.title, self.stack, self.main, self.worker = key, title, stack, main, \
             worker
-        self.stuck = not main and stack_view.has_user_frame(stack)
-        self.text = "\n".join(stack_view.condensed(stack) if self.stuck or main
-                              else [stack_view.idle_line(stack)])
+        self.stuck = not main and stacks.has_user_frame(stack)
+        self.text = "\n".join(stacks.condensed(stack) if self.stuck or main
+                              else [stacks.idle_line(stack)])
 
 
 def _compose(rec, number, pid, sections, asides):
@@ -301,11 +325,11 @@ def _compose(rec, number, pid, sections, asides):
     stuck = sorted((s for s in sections if s.stuck), key=lambda s: s.worker is None)
     main = [s for s in sections if s.main]
     idle = [s for s in sections if not s.stuck and not s.main]
-    focus = next((s for s in stuck + main if stack_view.innermost_user(s.stack)), None)
+    focus = next((s for s in stuck + main if stacks.innermost_user(s.stack)), None)
     head = ""
     if focus is not None:
         head = "; %s %s, in %s" % ("stuck in" if focus.stuck else "waiting at",
-                                   stack_view.where(stack_view.innermost_user(focus.stack)),
+                                   stacks.user_frame_text(stacks.innermost_user(focus.stack)),
                                    focus.title)
     texts = dict((s.key, s.text) for s in sections)
     previous = _state.last if _state.last is not None and _state.last[0] is rec else None
@@ -365,7 +389,7 @@ def _thread_sections(pid):
             continue
         name = "thread %s" % names.get(ident, "0x%x" % ident)
         sections.append(_Section("%s %d" % (name, ident), name,
-                                 stack_view.frames_of(frames[ident]), main=ident == main))
+                                 stacks.frames_of(frames[ident]), main=ident == main))
     del frames
     return sections
 
@@ -376,14 +400,10 @@ def _worker_sections(workers, late, asides):
     no handler goes to ``asides``."""
     asked = []
     for label, process in workers:
-        popen = getattr(process, "_popen", None)
-        pid = getattr(popen, "pid", None)
-        # Reads only: never waits on the child (reaping belongs to its owner).
-        if pid is None or getattr(popen, "returncode", 0) is not None or pid == os.getpid():
+        pid = _askable_pid(process)
+        if pid is None:
             continue
-        status = _status(pid) if SIGNUM is not None else {}
-        if status is not None and (SIGNUM is None or status.get("State", "").split()[:1] ==
-                                   ["Z"] or _has(status, "SigCgt") is False):
+        if _lacks_handler(pid):
             asides.append(_no_handler(label, pid))
             continue
         path = _stacks_file(pid)
@@ -405,6 +425,24 @@ def _worker_sections(workers, late, asides):
     for label, pid, path in asked:
         sections += _read_worker(label, pid, path, asides)
     return sections
+
+
+def _askable_pid(process):
+    """The pid of the worker ``process`` if it is a started, unreaped child, else None. Reads
+    only: never waits on the child (reaping belongs to its owner)."""
+    popen = getattr(process, "_popen", None)
+    pid = getattr(popen, "pid", None)
+    if pid is None or getattr(popen, "returncode", 0) is not None or pid == os.getpid():
+        return None
+    return pid
+
+
+def _lacks_handler(pid):
+    """Whether worker ``pid`` has no stack-dump handler: a zombie has none; without /proc the
+    signal is sent unchecked."""
+    status = _proc_status(pid) if SIGNUM is not None else {}
+    return status is not None and (SIGNUM is None or status.get("State", "").split()[:1] ==
+                                   ["Z"] or _has(status, "SigCgt") is False)
 
 
 def _no_handler(label, pid):
@@ -436,7 +474,7 @@ def _stacks_file(pid):
 def _wait_delivered(pid, deadline):
     """Until the signal is no longer pending for ``pid`` (Linux), at most until ``deadline``."""
     while _monotonic() < deadline:
-        status = _status(pid)
+        status = _proc_status(pid)
         if status is None or not (_has(status, "SigPnd") or _has(status, "ShdPnd")):
             return
         time.sleep(0.01)
@@ -446,15 +484,15 @@ def _read_worker(label, pid, path, asides):
     """The sections of what worker ``pid`` wrote since the last read."""
     entry = _state.files.get(pid)
     try:
-        with open(path, "rb") as stacks:
-            stacks.seek(entry[1])
-            data = stacks.read()
+        with open(path, "rb") as memfile:
+            memfile.seek(entry[1])
+            data = memfile.read()
         entry[1] += len(data)
     except (OSError, TypeError):
         asides.append("mpcompat: worker pid %d (%s): its stacks could not be read; 'py-spy dump "
                       "--pid %d' shows them" % (pid, label, pid))
         return []
-    threads = parse_faulthandler(data.decode("utf-8", "replace"))
+    threads = stacks.parse_faulthandler(data.decode("utf-8", "replace"))
     if not threads:
         asides.append("mpcompat: worker pid %d (%s) wrote no stacks in time (busy in C code "
                       "without the GIL's release?); 'py-spy dump --pid %d' shows them"
@@ -466,7 +504,7 @@ def _read_worker(label, pid, path, asides):
         if len(threads) > 1:
             title += ", " + thread
         sections.append(_Section("worker %d %s" % (pid, thread), title,
-                                 stack_view.worker_part(stack), worker=pid))
+                                 stacks.worker_part(stack), worker=pid))
     if len(threads) > 1 and not any(s.stuck for s in sections):
         # an idle worker: one line for all its threads
         first = sections[0]
@@ -478,7 +516,7 @@ def _read_worker(label, pid, path, asides):
     return sections
 
 
-def _status(pid):
+def _proc_status(pid):
     """The fields of /proc/PID/status (Linux) as {name: value}, or None."""
     try:
         with open("/proc/%d/status" % pid) as status:
@@ -494,15 +532,10 @@ def _has(status, field):
 
 def _dump_worker(stream, label, process):
     """Ask the worker ``process`` (if a started, unreaped child) to write its stacks."""
-    popen = getattr(process, "_popen", None)
-    pid = getattr(popen, "pid", None)
-    # Reads only: never waits on the child (reaping belongs to its owner).
-    if pid is None or getattr(popen, "returncode", 0) is not None or pid == os.getpid():
+    pid = _askable_pid(process)
+    if pid is None:
         return
-    status = _status(pid) if SIGNUM is not None else {}
-    # Without /proc (None) the signal is sent unchecked; a zombie has no handler.
-    if status is not None and (SIGNUM is None or status.get("State", "").split()[:1] == ["Z"]
-                               or _has(status, "SigCgt") is False):
+    if _lacks_handler(pid):
         _write(stream, [_no_handler(label, pid)])
         return
     _write(stream, ["mpcompat: worker pid %d (%s), its threads as it writes them, most recent "
@@ -511,20 +544,14 @@ def _dump_worker(stream, label, process):
         os.kill(pid, SIGNUM)
     except OSError:
         return
-    # Before the next header: until the signal is no longer pending (Linux), then a moment
-    # to finish writing.
-    deadline = _monotonic() + _DELIVERY_LIMIT
-    while _monotonic() < deadline:
-        status = _status(pid)
-        if status is None or not (_has(status, "SigPnd") or _has(status, "ShdPnd")):
-            break
-        time.sleep(0.01)
+    # Before the next header: delivered, then a moment to finish writing.
+    _wait_delivered(pid, _monotonic() + _DELIVERY_LIMIT)
     time.sleep(_WORKER_PAUSE)
 
 
 def children(obj=None):
     """The ``multiprocessing`` children of this process as ``[(name, process)]`` (a workers
-    function for :func:`kind`: ``obj`` is ignored), read without reaping any."""
+    function for a :class:`WaitKind`: ``obj`` is ignored), read without reaping any."""
     try:
         from multiprocessing import process as mp_process
         procs = list(mp_process._children)

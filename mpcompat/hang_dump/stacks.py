@@ -1,4 +1,4 @@
-"""Stacks as a person reads them in a hang dump (``mpcompat.workers.hang_watch``).
+"""Stacks as a person reads them in a hang dump (``mpcompat.hang_dump.watchdog``).
 
 A stack is a list of ``(filename, line, function)``, outermost first. Frames of mpcompat are
 left out (its demo scenarios are user code); a run of library frames (the standard library,
@@ -18,7 +18,7 @@ import tokenize  # noqa: F401  not in the watchdog thread (the fork rule)
 from mpcompat.workers.user_frames import is_own
 
 __all__ = ["frames_of", "parse_faulthandler", "worker_part", "has_user_frame",
-           "innermost_user", "where", "condensed", "idle_line"]
+           "innermost_user", "user_frame_text", "condensed", "idle_line"]
 
 _LIBRARY_DIRS = tuple(sorted({d + os.sep for d in (
     os.path.dirname(os.__file__), os.path.realpath(os.path.dirname(os.__file__)))}))
@@ -97,27 +97,27 @@ def innermost_user(stack):
     return user[-1] if user else None
 
 
-def where(frame):
-    """``frame`` as "file.py, line N, in f"."""
+def user_frame_text(frame):
+    """``frame`` (of the user's code) as "/path/to/file.py, line N, in f"."""
     return "%s, line %d, in %s" % frame
 
 
-def _where_library(frame):
+def _library_frame_text(frame):
     return "%s, line %d, in %s" % (os.path.basename(frame[0]), frame[1], frame[2])
 
 
-def _short(frame):
+def _file_and_function(frame):
     return "%s %s" % (os.path.basename(frame[0]), frame[2])
 
 
 def _run_line(run, innermost):
-    names = [_short(f) for f in run]
+    names = [_file_and_function(f) for f in run]
     if len(names) > _SHOWN_NAMES:
         names = names[:2] + ["..."] + names[-2:]
     text = "  [%d frame%s of libraries: %s" % (len(run), "" if len(run) == 1 else "s",
                                                 " > ".join(names))
     if innermost:
-        text += "; innermost: %s" % _where_library(run[-1])
+        text += "; innermost: %s" % _library_frame_text(run[-1])
     return text + "]"
 
 
@@ -155,5 +155,5 @@ def idle_line(stack):
         return "no Python frame"
     runs = [f for f in shown if (os.path.basename(f[0]), f[2]) not in _STARTERS] or shown
     if runs[0] is shown[-1]:
-        return "in %s" % _where_library(shown[-1])
-    return "in %s (innermost: %s)" % (_short(runs[0]), _where_library(shown[-1]))
+        return "in %s" % _library_frame_text(shown[-1])
+    return "in %s (innermost: %s)" % (_file_and_function(runs[0]), _library_frame_text(shown[-1]))

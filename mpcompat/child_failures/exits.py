@@ -2,13 +2,16 @@
 report of a dead worker (a Pool's, an executor's, a DataLoader's, torch.multiprocessing.spawn's,
 a plain Process's) words it. The exit code or signal by name; what an exit code means where
 Python defines it; for a SIGKILL, whether the kernel's OOM killer sent it, on which evidence,
-the limit hit and the worker's peak memory (:mod:`mpcompat.workers.memory_evidence`); for a
-native crash, the worker's Python stack at the crash (:mod:`mpcompat.workers.crash_stacks`) and,
-for a SIGBUS, /dev/shm's measured facts (:mod:`mpcompat.workers.shared_memory`); then the error
-the worker recorded."""
+the limit hit and the worker's peak memory (:mod:`.memory_evidence`); for a native crash, the
+worker's Python stack at the crash (:mod:`.crash_stacks`) and, for a SIGBUS, /dev/shm's measured
+facts (:mod:`.shared_memory`); then the error the worker recorded. Also: a forkserver that died, named on the error of the start it failed
+(:func:`forkserver_died`)."""
+import os
 import signal
+import sys
 
-from mpcompat.workers import crash_stacks, memory_evidence, shared_memory
+from mpcompat.child_failures import crash_stacks, memory_evidence, shared_memory
+from mpcompat.workers.user_frames import explained
 
 # What the signal itself says; the stack at the crash (crash_stacks) says where.
 _CRASHES = {
@@ -87,7 +90,7 @@ def _crash_lines(name, pid, shm):
 
 
 def _exit_code_line(code, record, pid):
-    error = (record or {}).get("error") or ""
+    error = record.error if record is not None else ""
     if error.split(":", 1)[0] == "SystemExit":
         return "Exit code %d: the worker raised SystemExit itself (sys.exit())." % code
     if code == 1:
@@ -137,12 +140,12 @@ def _sigkill_lines(pid):
 
 
 def record_lines(intro, record):
-    """``intro`` and the error of ``record`` (``mpcompat.workers.child_failures``), then the step
+    """``intro`` and the error of ``record`` (``mpcompat.child_failures.channel``), then the step
     that failed and its notes, as lines."""
-    lines = [intro + record["error"]]
-    if record["what"]:
-        lines.append("(while %s)" % record["what"])
-    return lines + list(record["notes"])
+    lines = [intro + record.error]
+    if record.what:
+        lines.append("(while %s)" % record.what)
+    return lines + list(record.notes)
 
 
 def dead_lines(exitcode, record, intro="Its own error: ", pid=None, shm=None):
@@ -150,3 +153,66 @@ def dead_lines(exitcode, record, intro="Its own error: ", pid=None, shm=None):
     recorded error, if any (``shm``: see :func:`exit_cause`)."""
     return exit_cause(exitcode, record, pid, shm) + (
         record_lines(intro, record) if record else [])
+
+
+def forkserver_died(exc, pid):
+    """``exc`` came from forkserver ``pid``, which could not start a child: if it has exited,
+    say so on ``exc``, with the main script's module-level line that killed it. Never raises."""
+    try:
+        status = _exit_status(pid) if pid else None
+        if status is None:
+            return
+        from mpcompat.diagnose import main_guard
+        from mpcompat.diagnose.notes import PREFIX, add_note
+        path = main_guard.main_file()
+        text = ("the forkserver process (pid %d), which starts this program's forkserver child "
+                "processes, %s before it could start this one; its own line, above on "
+                "stderr, says why." % (pid, status))
+        if path is not None and sys.version_info >= (3, 14):
+            text += (" From Python 3.14 the forkserver imports the main module, %s, when it "
+                     "starts, so the module-level code of %s runs there too."
+                     % (path, os.path.basename(path)))
+            line = _main_line(path, main_guard)
+            if line is not None:
+                text += (" Line %d of %s starts processes at module level, outside `if __name__ "
+                         "== \"__main__\":`, so it ran again in the forkserver and failed there. "
+                         "Put the code that starts processes under `if __name__ == "
+                         "\"__main__\":`." % (line, os.path.basename(path)))
+        import textwrap
+        add_note(exc, textwrap.fill(PREFIX + text, 100))
+        explained(exc)
+    except Exception:
+        pass
+
+
+def _exit_status(pid, wait=1.0):
+    """How child ``pid`` ended, e.g. "ended (exit code 1)", or None while it runs; not reaped
+    (multiprocessing waits for its forkserver itself)."""
+    import time
+    if not hasattr(os, "waitid"):
+        return None
+    deadline = time.monotonic() + wait  # the socket closes a moment before the exit
+    while True:
+        try:
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except OSError:
+            return None
+        if info is not None and info.si_pid:
+            code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+            return "ended (%s)" % describe_exit(code, pid)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.02)
+
+
+def _main_line(path, main_guard):
+    """The line of the main script, at module level outside a main guard, this thread runs."""
+    # A frame read: the script's line that starts processes is in no state of multiprocessing.
+    frame, line = sys._getframe(1), None
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__" \
+                and frame.f_code.co_filename == path:
+            line = frame.f_lineno
+        frame = frame.f_back
+    analysis = main_guard.analyze(path) if line is not None else None
+    return None if analysis is None or analysis.guards_line(line) else line

@@ -1,6 +1,6 @@
-"""Patch ``multiprocessing.stuck_waits``: a Pool/ThreadPool result waited for too long dumps
-the stacks of this process and of the pool's worker processes (``MPCOMPAT_HANG_DUMP``; see
-``mpcompat.workers.hang_watch``).
+"""Patch ``multiprocessing.hang_dump``: a Pool/ThreadPool result waited for too long dumps the
+stacks of this process and of the pool's worker processes (``MPCOMPAT_HANG_DUMP``; see
+``mpcompat.hang_dump.watchdog``).
 
 On ``multiprocessing.pool`` (plain functions; the classes keep their identity):
 ``ApplyResult.wait`` (``get``, ``MapResult`` too: each chunk that arrives is progress) and
@@ -9,11 +9,11 @@ processes are asked for their stacks; ThreadPool workers are threads, in the pro
 On ``multiprocessing.process`` (imported by every child, spawn and forkserver ones included):
 the stack-dump handler is registered, so that the parent can ask for its stacks.
 """
-from mpcompat.patches import Skip
+from mpcompat.patching.spec import Skip
 from mpcompat.patching.patcher import Patcher
-from mpcompat.workers import hang_watch
+from mpcompat.hang_dump import watchdog
 
-NAME = "multiprocessing.stuck_waits"
+NAME = "multiprocessing.hang_dump"
 patcher = Patcher()
 
 
@@ -46,17 +46,17 @@ def _pool_workers(result):
     return [("Pool worker %s" % p.name, p) for p in list(getattr(pool, "_pool", None) or ())]
 
 
-_RESULT = hang_watch.kind(_describe_result, _pool_workers,
-                          lambda result: getattr(result, "_number_left", None))
-_IMAP = hang_watch.kind(_describe_imap, _pool_workers)
+_RESULT = watchdog.WaitKind(_describe_result, _pool_workers,
+                            lambda result: getattr(result, "_number_left", None))
+_IMAP = watchdog.WaitKind(_describe_imap, _pool_workers)
 
 
 def apply(module):
     """On ``multiprocessing.pool``: wrap the result waits; on ``multiprocessing.process``:
     register the stack-dump handler. "Not needed" when MPCOMPAT_HANG_DUMP is unset."""
-    hang_watch.require()
+    watchdog.require()
     if module.__name__ != "multiprocessing.pool":
-        hang_watch.arm_workers(NAME)
+        watchdog.arm_workers(NAME)
         return
     apply_result = module.__dict__.get("ApplyResult")
     imap = module.__dict__.get("IMapIterator")
@@ -68,15 +68,15 @@ def apply(module):
     for cls, name, _, _ in slots:
         if not callable(cls.__dict__.get(name)):
             raise Skip("%s.%s is not a function" % (cls.__name__, name))
-    hang_watch.arm_workers(NAME)
+    watchdog.arm_workers(NAME)
     for cls, name, kind, ready in slots:
-        patcher.replace(cls, name, hang_watch.watched_method(patcher.original(cls, name), kind,
-                                                             ready))
+        patcher.replace(cls, name, watchdog.watched_method(patcher.original(cls, name), kind,
+                                                           ready))
 
 
 def revert(module):
     """Put back the original functions where ours are still in place; on
     ``multiprocessing.process``, unregister the handler (unless another patch still wants it)."""
     if module.__name__ != "multiprocessing.pool":
-        hang_watch.disarm_workers(NAME)
+        watchdog.disarm_workers(NAME)
     patcher.restore(module)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-import stuck_waits_helpers as h
+import hang_dump_helpers as h
 from testenv import child_env
 
 WAITS = "# <-- waits"
@@ -25,7 +25,7 @@ LOADER = textwrap.dedent('''
     import sys
     import torch
     from torch.utils.data import DataLoader, Dataset
-    from stuck_waits_helpers import release_on_stdin
+    from hang_dump_helpers import release_on_stdin
 
 
     class Gated(Dataset):
@@ -59,7 +59,7 @@ LOADER = textwrap.dedent('''
 
 SPAWN = textwrap.dedent('''
     import sys
-    from stuck_waits_helpers import release_on_stdin
+    from hang_dump_helpers import release_on_stdin
 
 
     def run(rank, gate):
@@ -105,7 +105,7 @@ STATUS = textwrap.dedent('''
 
     spawn = importlib.import_module("torch.multiprocessing.spawn")
     dataloader = importlib.import_module("torch.utils.data.dataloader")
-    NAME = "torch.stuck_waits"
+    NAME = "torch.hang_dump"
 
 
     def methods():

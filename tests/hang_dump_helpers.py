@@ -1,4 +1,4 @@
-"""Helpers for tests/stuck_waits: run scenario scripts and read their hang dumps.
+"""Helpers for tests/hang_dump: run scenario scripts and read their hang dumps.
 
 A scenario is a real script run in a child process (its own session, so that a hang never
 outlives the test). The script blocks on purpose; the test reads its stderr until the dumps it

@@ -1,4 +1,4 @@
-"""With ``MPCOMPAT_HANG_DUMP`` set, the stuck-wait hooks leave no trace that CPython's own test
+"""With ``MPCOMPAT_HANG_DUMP`` set, the hang-dump hooks leave no trace that CPython's own test
 suites see: ``as_completed`` keeps no reference to a future it yielded, and the watchdog thread
 stops once the main thread waits for nothing."""
 import textwrap
@@ -32,7 +32,7 @@ FREED = textwrap.dedent("""
         except cf.TimeoutError:
             pass
     states = {p.name: p.state for p in mpcompat.status().patches}
-    print(freed, states["concurrent_futures.stuck_waits"])
+    print(freed, states["concurrent_futures.hang_dump"])
 """)
 
 

@@ -1,8 +1,8 @@
-"""Stuck collectives: with ``MPCOMPAT_HANG_DUMP=SECONDS``, a rank that has waited SECONDS in a
-collective asks every rank of the job, through the c10d store they share, where it is; the
-report names the ranks that are not in that collective, with their stacks.
+"""Hang dumps of collectives: with ``MPCOMPAT_HANG_DUMP=SECONDS``, a rank that has waited
+SECONDS in a collective asks every rank of the job, through the c10d store they share, where it
+is; the report names the ranks that are not in that collective, with their stacks.
 
-- Each watched collective (``torch.collective_watch``) counts itself (its sequence number, the
+- Each watched collective (``torch.collective_hang_dump``) counts itself (its sequence number, the
   same on every rank that calls the same collectives) and sets one slot while it runs: no clock
   read, no store traffic. Start-up (imports, rendezvous, ``init_process_group``) is never
   watched: only collectives are.
@@ -25,15 +25,15 @@ import traceback
 from _thread import allocate_lock, get_ident, start_new_thread
 from datetime import timedelta
 
+from mpcompat.hang_dump import watchdog
 from mpcompat.workers.user_frames import is_own
 
-VAR = "MPCOMPAT_HANG_DUMP"
 _ANSWER_WAIT = 10.0  # seconds the claimant waits for the other ranks' answers
 _monotonic = time.monotonic
 
 
-class _State(object):
-    """This rank's collective-watch state."""
+class _CollectivesState(object):
+    """This rank's state for the hang dumps of collectives."""
 
     __slots__ = ("current", "seq", "main", "seconds", "timer", "watcher", "store_factory",
                  "wakes")
@@ -49,22 +49,28 @@ class _State(object):
         self.wakes = 0        # the wake-ups of this rank's watchers so far
 
 
-_state = _State()
-# The watcher's store client, never destroyed: torch 1.9's TCPStore aborts the process
+_state = _CollectivesState()
+# The store clients made so far, never destroyed: torch 1.9's TCPStore aborts the process
 # ("terminate called without an active exception") when one is destroyed after its server left.
-_clients = []
+_kept_clients = []
 
 
-def seconds_from_env():
-    """SECONDS from ``MPCOMPAT_HANG_DUMP``, or None when it is unset or not a positive number."""
-    try:
-        value = float(os.environ.get(VAR, "").strip() or "nan")
-    except ValueError:
-        return None
-    return value if 0 < value < float("inf") else None
+def switch_on():
+    """Switch the collectives' hang dumps on with SECONDS; raise ``NotNeeded`` when
+    ``MPCOMPAT_HANG_DUMP`` is unset or not a positive number (silently: the
+    ``multiprocessing.hang_dump`` patch warns)."""
+    _state.seconds = watchdog.seconds_from_env(quiet=True)
 
 
-def watched(original, name):
+def like_original(wrapper, original):
+    """``wrapper``, named and documented as ``original``, which it wraps."""
+    wrapper.__wrapped__ = original
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(wrapper, attr, getattr(original, attr, None))
+    return wrapper
+
+
+def watched_collective(original, name):
     """``original`` (a collective of torch.distributed), counted and watched while it runs in
     the main thread; a collective called inside another one is part of it."""
     def collective(*args, **kwargs):
@@ -78,10 +84,7 @@ def watched(original, name):
             return original(*args, **kwargs)
         finally:
             _state.current = None
-    collective.__wrapped__ = original
-    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
-        setattr(collective, attr, getattr(original, attr, None))
-    return collective
+    return like_original(collective, original)
 
 
 def start_watcher(store_factory):
@@ -92,7 +95,7 @@ def start_watcher(store_factory):
     _state.store_factory = store_factory
     _state.watcher = allocate_lock()
     _state.watcher.acquire()
-    start_new_thread(_watch_requests, (_state.watcher,))
+    start_new_thread(_answer_requests, (_state.watcher,))
 
 
 def stop_watcher():
@@ -122,8 +125,8 @@ def _ids():
 
 def _prefix():
     env = os.environ
-    return "mpcompat/collective_watch/%s/%s/" % (env.get("TORCHELASTIC_RUN_ID", ""),
-                                                 env.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    return "mpcompat/collective_hang_dump/%s/%s/" % (env.get("TORCHELASTIC_RUN_ID", ""),
+                                                     env.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
 def _time_collectives():
@@ -143,9 +146,9 @@ def _time_collectives():
                 store = store or _client()
                 _claim(store, current)
             except Exception as exc:
-                _write(["mpcompat: rank %s: a stuck %s #%d could not be reported through the "
-                        "c10d store (%s: %s)" % (_ids()[0], current[0], current[1],
-                                                 type(exc).__name__, exc)])
+                _write_stderr(["mpcompat: rank %s: a stuck %s #%d could not be reported "
+                               "through the c10d store (%s: %s)" % (
+                                   _ids()[0], current[0], current[1], type(exc).__name__, exc)])
 
 
 def _claim(store, current):
@@ -158,18 +161,18 @@ def _claim(store, current):
         rank, local_rank, host, os.getpid(), waited, name, seq)
     prefix = _prefix()
     if store.add(prefix + "claim/%d" % seq, 1) != 1:
-        _write([header + ": another rank in it reports for every rank"])
+        _write_stderr([header + ": another rank in it reports for every rank"])
         return
     number = store.add(prefix + "requests", 1)
     world_size = int(os.environ["WORLD_SIZE"])
     for other in range(world_size):
         _wake(store, other, str(number))
-    answers = _answers(store, prefix + "answer/%d/" % number, world_size)
-    _write([header + "; where every rank is (from the c10d store):"] +
+    answers = _collect_answers(store, prefix + "answer/%d/" % number, world_size)
+    _write_stderr([header + "; where every rank is (from the c10d store):"] +
            report_lines(name, seq, answers) + ["mpcompat: end of the hang dump of rank %s" % rank])
 
 
-def _answers(store, prefix, world_size):
+def _collect_answers(store, prefix, world_size):
     """``{rank: answer or None}`` for every rank of the job, waiting at most _ANSWER_WAIT s."""
     deadline = _monotonic() + _ANSWER_WAIT
     found = {}
@@ -186,16 +189,16 @@ def _answers(store, prefix, world_size):
 def report_lines(name, seq, answers):
     """The report: one line per rank (those not in ``name #seq`` first), then their stacks."""
     lines, stacks = [], []
-    for rank in sorted(answers, key=lambda r: (_in(answers[r], seq), r)):
+    for rank in sorted(answers, key=lambda r: (_is_in(answers[r], seq), r)):
         answer = answers[rank]
         if answer is None:
             lines.append("  rank %d did not answer within %.0f s: it is dead, or it has not "
                          "made its process group yet" % (rank, _ANSWER_WAIT))
             continue
-        where = _where(answer["stack"])
+        where = _where_outside_torch(answer["stack"])
         who = "rank %d (local rank %s on %s, pid %d)" % (rank, answer["local_rank"],
                                                           answer["host"], answer["pid"])
-        if _in(answer, seq):
+        if _is_in(answer, seq):
             lines.append("  %s is in %s #%d too" % (who, name, seq))
             continue
         current = answer["collective"]
@@ -210,11 +213,11 @@ def report_lines(name, seq, answers):
     return lines + stacks
 
 
-def _in(answer, seq):
+def _is_in(answer, seq):
     return answer is not None and bool(answer["collective"]) and answer["collective"][1] == seq
 
 
-def _where(stack):
+def _where_outside_torch(stack):
     """``"train.py:16 in run"``: the innermost frame of ``stack`` outside torch."""
     frames = [f for f in stack if not f[4]] or stack
     if not frames:
@@ -228,7 +231,7 @@ def _wake(store, rank, what):
     store.set(key + str(store.add(key + "count", 1)), what)
 
 
-def _watch_requests(stopped):
+def _answer_requests(stopped):
     """The watcher thread: answers each request posted for this rank, till told to stop;
     releases ``stopped`` as it ends."""
     try:
@@ -241,14 +244,14 @@ def _watch_requests(stopped):
             what = store.get(key + str(_state.wakes)).decode()
             if what == "stop":
                 return
-            store.set(_prefix() + "answer/%s/%d" % (what, rank), json.dumps(_answer()))
+            store.set(_prefix() + "answer/%s/%d" % (what, rank), json.dumps(_own_answer()))
     except Exception:  # the store is gone: the job is ending
         return
     finally:
         stopped.release()
 
 
-def _answer():
+def _own_answer():
     """This rank's answer: where it is, and the main thread's stack (mpcompat's frames left
     out) as [file, line, function, code, whether torch's] lists."""
     rank, local_rank, host = _ids()
@@ -263,12 +266,12 @@ def _answer():
 
 def _client(timeout=60.0):
     """A new client of the job's store (``timeout``: seconds to connect, and for each call),
-    kept for ever (see _clients)."""
-    _clients.append(_state.store_factory(timeout))
-    return _clients[-1]
+    kept for ever (see _kept_clients)."""
+    _kept_clients.append(_state.store_factory(timeout))
+    return _kept_clients[-1]
 
 
-def _write(lines):
+def _write_stderr(lines):
     try:
         sys.stderr.write("\n".join(lines) + "\n")
         sys.stderr.flush()

@@ -13,7 +13,7 @@ other connection unread, and never waits for a slow sender. On Linux the socket 
 elsewhere on Unix it is a file in a private directory removed at exit; Windows has no channel.
 
 The parent's side runs in the helper threads of Pools and executors: all it needs is imported
-here, or with the ``failure_records`` patch (:mod:`mpcompat.workers.exits`, but in a spawn
+here, or with the ``failure_records`` patch (:mod:`mpcompat.child_failures.exits`, but in a spawn
 child starting up, which needs none of it: :func:`spawn_child_starting`), never in them (a fork
 child made meanwhile would inherit the held import lock). Nothing runs at import.
 """
@@ -26,9 +26,6 @@ import sys
 import threading
 import time
 
-__all__ = ["listen", "address", "heard_from_parent", "record", "spawn_child_starting",
-           "starting", "started", "take", "forget", "discard", "note_for", "describe"]
-
 PREFIX = "mpcompat: "
 KEY = "mpcompat_failure_channel"  # in the preparation data of spawn and forkserver children
 _MAX_ERROR = 2000         # characters kept of the error line
@@ -39,6 +36,21 @@ _MAX_STARTED = 100000     # pids of the children started, newest kept
 _MAX_PENDING = 64         # connections kept unread while a start is under way
 _READ_TIME = 0.2          # seconds one read of the channel may take in all
 _MARK = "_mpcompat_recorded"
+
+
+class FailureRecord(object):
+    """Why a child failed while starting, as it sent it (:func:`record`): ``pid``, ``time`` (when
+    it was sent), ``what`` (the step that failed, or None), ``error`` ("Type: message") and
+    ``notes`` (mpcompat's notes on the error, at most 8)."""
+
+    __slots__ = ("pid", "time", "what", "error", "notes")
+
+    def __init__(self, pid, time, what, error, notes):
+        self.pid, self.time, self.what, self.error, self.notes = pid, time, what, error, notes
+
+    def alike(self):
+        """What makes two children fail the same way: error, notes and step."""
+        return self.error, tuple(self.notes), self.what
 
 
 class _Channel(object):
@@ -187,7 +199,7 @@ def _clip(text, size):
 
 def spawn_child_starting():
     """Whether this process is a spawn or forkserver child that has not run its target yet: it
-    needs none of a parent's side (:mod:`mpcompat.workers.exits`), which the patches load in
+    needs none of a parent's side (:mod:`mpcompat.child_failures.exits`), which the patches load in
     every other process (``--multiprocessing-fork`` in the argv until ``spawn.prepare`` sets the
     parent's, then ``_inheriting`` while it unpickles its process object)."""
     if sys.argv[1:2] == ["--multiprocessing-fork"]:
@@ -224,13 +236,12 @@ def started(pid, since=0.0):
 
 
 def take(pid):
-    """In a parent: return and forget the record of child ``pid`` (a dict ``{"pid", "error",
-    "notes", "what", "time"}``), or None. Never raises."""
+    """In a parent: return and forget the record of child ``pid`` (a :class:`FailureRecord`),
+    or None. Never raises."""
     try:
         pid = int(pid)
         _read()
-        data = _channel.records.pop(pid, None)
-        return None if data is None else dict(data, pid=pid)
+        return _channel.records.pop(pid, None)
     except Exception:
         return None
 
@@ -322,9 +333,9 @@ def _serve(channel, conn):
         if unknown or not _received(conn, data):
             return  # kept for a later read
         record = _parse(data)
-        claimed = record.pop("pid") if record is not None else None
-        pid = claimed if pid is None else pid  # None: the kernel does not name the sender
-        if record is not None and record["time"] >= channel.started.get(pid, time.time()):
+        if record is not None:  # the sender as the kernel names it, else as it claims
+            pid = record.pid = record.pid if pid is None else pid
+        if record is not None and record.time >= channel.started.get(pid, time.time()):
             channel.records.pop(pid, None)
             channel.records[pid] = record
             while len(channel.records) > _MAX_KEPT:
@@ -352,7 +363,7 @@ def _received(conn, data):
 
 def _parse(data):
     """The record in ``data``, what a child sent (see :func:`record`), or None if it is not
-    one: a dict ``{"pid", "error", "notes", "what", "time"}``."""
+    one: a :class:`FailureRecord`."""
     size, _, body = bytes(data).partition(b"\0")
     try:
         if len(size) > 6 or int(size) != len(body):
@@ -360,41 +371,41 @@ def _parse(data):
         pid, when, what, error, *notes = body.decode("utf-8").split("\0")
         if len(pid) > 10:  # int() of many digits is slow (before 3.11's limit)
             return None
-        return {"pid": int(pid), "error": error, "notes": notes[:8], "what": what or None,
-                "time": float(when)}
+        return FailureRecord(int(pid), float(when), what or None, error, notes[:8])
     except ValueError:  # not a number, not UTF-8, too few fields
         return None
 
 
 def note_for(pids, what):
-    """In a parent: :func:`describe` of the records of children ``pids`` (``what`` names them,
+    """In a parent: :func:`describe_records` of the records of children ``pids`` (``what``:
     e.g. "Pool worker process"), taken, or None. Never raises."""
     try:
-        return describe([r for r in (take(pid) for pid in pids) if r is not None], what)
+        return describe_records([r for r in (take(pid) for pid in pids) if r is not None], what)
     except Exception:
         return None
 
 
-def describe(records, what, tally=False):
+def describe_records(records, what, tally=False):
     """A note naming why each child of ``records`` failed while starting (its error, the step,
     then its notes, which carry the fix), one copy per distinct error, or None if none; then a
     line for each child that failed the same way, or with ``tally``, their count and the whole
     error (else up to its first blank line, on one line: the bootstrapping-phase error spans
     fifteen indented lines)."""
-    from mpcompat.workers import exits  # loaded already, but in a spawn child starting up
+    from mpcompat.child_failures import exits  # loaded already, but in a spawn child starting up
     alike = {}
     for rec in records:
-        alike.setdefault((rec["error"], tuple(rec["notes"]), rec["what"]), []).append(rec)
+        alike.setdefault(rec.alike(), []).append(rec)
     parts = []
     for first, *others in alike.values():
         if not tally:
-            first = dict(first, error=" ".join(first["error"].strip().split("\n\n", 1)[0].split()))
-        lines = exits.record_lines("%s (pid %d) failed while starting: " % (what, first["pid"]),
+            first = FailureRecord(first.pid, first.time, first.what, " ".join(
+                first.error.strip().split("\n\n", 1)[0].split()), first.notes)
+        lines = exits.record_lines("%s (pid %d) failed while starting: " % (what, first.pid),
                                    first)
         if tally and others:
             lines.append("(%d more workers failed the same way)" % len(others))
         elif not tally:
-            lines += ["%s (pid %d) failed while starting the same way." % (what, rec["pid"])
+            lines += ["%s (pid %d) failed while starting the same way." % (what, rec.pid)
                       for rec in others]
         parts.append("\n".join(lines))
     return PREFIX + "\n\n".join(parts) if parts else None

@@ -1,6 +1,6 @@
-"""Patch ``concurrent_futures.stuck_waits``: a ``concurrent.futures`` future waited for too long
+"""Patch ``concurrent_futures.hang_dump``: a ``concurrent.futures`` future waited for too long
 dumps the stacks of this process and of its worker processes (``MPCOMPAT_HANG_DUMP``; see
-``mpcompat.workers.hang_watch``).
+``mpcompat.hang_dump.watchdog``).
 
 On ``concurrent.futures._base`` (plain functions), and on the package where it holds the same
 functions: ``Future.result`` and ``Future.exception`` (``Executor.map`` too), ``wait`` (each
@@ -11,12 +11,12 @@ watched. A future does not know its executor: the workers asked for their stacks
 import functools
 import sys
 
-from mpcompat.patches import Skip
+from mpcompat.patching.spec import Skip
 from mpcompat.patching.patcher import Patcher
-from mpcompat.workers import hang_watch
+from mpcompat.hang_dump import watchdog
 from mpcompat.workers.user_frames import drop_own_frames
 
-NAME = "concurrent_futures.stuck_waits"
+NAME = "concurrent_futures.hang_dump"
 patcher = Patcher()
 
 
@@ -34,20 +34,20 @@ def _describe_wait(args):
         "?" if done is None else done)
 
 
-_FUTURE = hang_watch.kind(repr, hang_watch.children)
-_WAIT = hang_watch.kind(_describe_wait, hang_watch.children, lambda args: _count(args[0])[1])
-_NEXT = hang_watch.kind(lambda state: "the next future from concurrent.futures.as_completed "
-                        "(%d yielded so far)" % state[0], hang_watch.children)
+_FUTURE = watchdog.WaitKind(repr, watchdog.children)
+_WAIT = watchdog.WaitKind(_describe_wait, watchdog.children, lambda args: _count(args[0])[1])
+_NEXT = watchdog.WaitKind(lambda state: "the next future from concurrent.futures.as_completed "
+                          "(%d yielded so far)" % state[0], watchdog.children)
 
 
 def _wrap_wait(original, module):
     @functools.wraps(original)
     def wait(fs, timeout=None, return_when=module.ALL_COMPLETED):
         try:
-            if hang_watch.short(timeout):
+            if watchdog.short_timeout(timeout):
                 return original(fs, timeout, return_when)
-            return hang_watch.call_watched((fs, return_when), _WAIT, original, fs, timeout,
-                                           return_when)
+            return watchdog.call_watched((fs, return_when), _WAIT, original, fs, timeout,
+                                         return_when)
         except BaseException as exc:
             drop_own_frames(exc)
             raise
@@ -55,12 +55,12 @@ def _wrap_wait(original, module):
 
 
 def _wrap_as_completed(original):
-    enter, leave = hang_watch.enter, hang_watch.leave
+    enter, leave = watchdog.enter, watchdog.leave
 
     @functools.wraps(original)
     def as_completed(fs, timeout=None):
         steps = original(fs, timeout)
-        watched = not hang_watch.short(timeout)
+        watched = not watchdog.short_timeout(timeout)
         state = [0]
         box = []  # the future on its way out: the frame holds none across the yield
         try:
@@ -82,7 +82,7 @@ def _wrap_as_completed(original):
 def apply(module):
     """Wrap ``Future.result``/``exception``, ``wait`` and ``as_completed`` of
     ``concurrent.futures._base``. "Not needed" when MPCOMPAT_HANG_DUMP is unset."""
-    hang_watch.require()
+    watchdog.require()
     future = module.__dict__.get("Future")
     if not isinstance(future, type):
         raise Skip("concurrent.futures._base has no Future class")
@@ -91,9 +91,9 @@ def apply(module):
         if not callable(owner.__dict__.get(name)):
             raise Skip("concurrent.futures._base has no function %s" % name)
     settled = frozenset((module.FINISHED, module.CANCELLED, module.CANCELLED_AND_NOTIFIED))
-    hang_watch.arm_workers(NAME)
+    watchdog.arm_workers(NAME)
     for name in ("result", "exception"):
-        patcher.replace(future, name, hang_watch.watched_method(
+        patcher.replace(future, name, watchdog.watched_method(
             patcher.original(future, name), _FUTURE, lambda f: f._state in settled))
     package = sys.modules.get("concurrent.futures")
     for name, factory in (("wait", lambda f: _wrap_wait(f, module)),
@@ -107,5 +107,5 @@ def apply(module):
 def revert(module):
     """Put back the original functions where ours are still in place (also on the
     ``concurrent.futures`` package)."""
-    hang_watch.disarm_workers(NAME)
+    watchdog.disarm_workers(NAME)
     patcher.restore(module)

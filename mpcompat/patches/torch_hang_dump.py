@@ -1,6 +1,6 @@
-"""Patch ``torch.stuck_waits``: a DataLoader batch or a ``torch.multiprocessing.spawn`` join
+"""Patch ``torch.hang_dump``: a DataLoader batch or a ``torch.multiprocessing.spawn`` join
 waited for too long dumps the stacks of this process and of its workers
-(``MPCOMPAT_HANG_DUMP``; see ``mpcompat.workers.hang_watch``).
+(``MPCOMPAT_HANG_DUMP``; see ``mpcompat.hang_dump.watchdog``).
 
 Wrapped in place with ``wrapt.FunctionWrapper`` (the classes keep their identity):
 ``_MultiProcessingDataLoaderIter._get_data`` (one call per batch: a batch arriving ends the
@@ -8,12 +8,12 @@ wait; workers ``self._workers``; a loader ``timeout`` shorter than SECONDS is no
 ``ProcessContext.join`` (``spawn(join=True)`` calls it until every process has exited; each
 call ends when one exits; workers ``self.processes``).
 """
-from mpcompat.workers import hang_watch
+from mpcompat.hang_dump import watchdog
 from mpcompat.workers.user_frames import drop_own_frames
-from mpcompat.patches import Skip
+from mpcompat.patching.spec import Skip
 from mpcompat.patching.patcher import Patcher
 
-NAME = "torch.stuck_waits"
+NAME = "torch.hang_dump"
 patcher = Patcher()
 
 
@@ -44,17 +44,17 @@ def _spawn_workers(context):
             for i, p in enumerate(list(getattr(context, "processes", None) or ()))]
 
 
-_BATCH = hang_watch.kind(_describe_batch, _loader_workers)
-_JOIN = hang_watch.kind(_describe_join, _spawn_workers)
+_BATCH = watchdog.WaitKind(_describe_batch, _loader_workers)
+_JOIN = watchdog.WaitKind(_describe_join, _spawn_workers)
 
 
 def _watching(kind, timeout_of):
     """A wrapt wrapper: the call is watched unless its timeout is shorter than SECONDS."""
     def wrapper(wrapped, instance, args, kwargs):
         try:
-            if hang_watch.short(timeout_of(instance, args, kwargs)):
+            if watchdog.short_timeout(timeout_of(instance, args, kwargs)):
                 return wrapped(*args, **kwargs)
-            return hang_watch.call_watched(instance, kind, wrapped, *args, **kwargs)
+            return watchdog.call_watched(instance, kind, wrapped, *args, **kwargs)
         except BaseException as exc:
             drop_own_frames(exc)  # a worker's error, raised again here: the user's
             raise
@@ -72,20 +72,20 @@ _SLOTS = {  # a loader's timeout 0 means none
 def apply(module):
     """Wrap the wait of ``module`` (a DataLoader iterator's ``_get_data`` or
     ``ProcessContext.join``). "Not needed" when MPCOMPAT_HANG_DUMP is unset."""
-    hang_watch.require()
+    watchdog.require()
     slot = _SLOTS.get(module.__name__)
     if slot is None:
-        raise Skip("no stuck-wait hook for %s" % module.__name__)
+        raise Skip("no hang-dump hook for %s" % module.__name__)
     cls_name, name, wrapper = slot
     cls = module.__dict__.get(cls_name)
     if not callable(getattr(cls, "__dict__", {}).get(name)):
         raise Skip("%s has no %s.%s" % (module.__name__, cls_name, name))
-    hang_watch.arm_workers(NAME)
+    watchdog.arm_workers(NAME)
     patcher.wrap(cls, name, wrapper)
 
 
 def revert(module):
     """Put back the original method of each class patched in ``module`` where ours is still in
     place (a wrapper someone put on top of ours since is left alone)."""
-    hang_watch.disarm_workers(NAME)
+    watchdog.disarm_workers(NAME)
     patcher.restore(module)

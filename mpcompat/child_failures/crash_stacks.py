@@ -29,7 +29,6 @@ import os
 import signal
 import sys
 
-__all__ = ["crash_lines", "user_faulthandler_on", "share_with_children", "arm_inherited"]
 
 KEY = "mpcompat_crash_file"  # in a child's process object's _config: its file's path but the pid
 ENV = "MPCOMPAT_CRASH_FILES"  # the same, in the environment a torchrun agent gives its ranks

@@ -11,7 +11,6 @@ Imports nothing at run time (its callers run in a Pool's helper threads too).
 import math
 import os
 
-__all__ = ["shm_lines", "usage", "is_shm_error", "failed_allocation"]
 
 SHM = "/dev/shm"
 _MIB = 1024 * 1024

@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-import stuck_waits_helpers as h
+import hang_dump_helpers as h
 from testenv import child_env
 
 WAITS = "# <-- waits"
@@ -24,7 +24,7 @@ STUCK = "# <-- stuck"
 THREADPOOL = textwrap.dedent('''
     import threading
     from multiprocessing.pool import ThreadPool
-    from stuck_waits_helpers import release_on_stdin
+    from hang_dump_helpers import release_on_stdin
 
     gate = threading.Event()
 
@@ -44,7 +44,7 @@ THREADPOOL = textwrap.dedent('''
 POOL = textwrap.dedent('''
     import multiprocessing
     import sys
-    from stuck_waits_helpers import release_on_stdin
+    from hang_dump_helpers import release_on_stdin
 
 
     def init(lock):
@@ -72,7 +72,7 @@ FUTURES = textwrap.dedent('''
     import concurrent.futures as cf
     import multiprocessing
     import sys
-    from stuck_waits_helpers import release_on_stdin
+    from hang_dump_helpers import release_on_stdin
 
 
     def init(event):
@@ -107,7 +107,7 @@ FORKED = textwrap.dedent('''
     import os
     import time
     from multiprocessing.pool import ThreadPool
-    from stuck_waits_helpers import release_on_stdin
+    from hang_dump_helpers import release_on_stdin
 
     ctx = multiprocessing.get_context("fork")
     gate = ctx.Event()
@@ -172,7 +172,7 @@ STATUS = textwrap.dedent('''
     import signal
     import mpcompat
 
-    NAMES = ("multiprocessing.stuck_waits", "concurrent_futures.stuck_waits")
+    NAMES = ("multiprocessing.hang_dump", "concurrent_futures.hang_dump")
 
 
     def caught():
@@ -456,7 +456,7 @@ FUTURE_CYCLE = textwrap.dedent("""
         del future, timer
         freed[name] = ref() is None
     state = [p.state for p in mpcompat.status().patches
-             if p.name == "concurrent_futures.stuck_waits"]
+             if p.name == "concurrent_futures.hang_dump"]
     print(json.dumps({"freed": freed, "state": state}))
 """)
 
