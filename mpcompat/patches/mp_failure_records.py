@@ -7,7 +7,7 @@ to its parent (``mpcompat.child_failures.channel``), and the parent's word on a 
   dropped.
 - ``spawn.get_preparation_data`` sends its address to a spawn or forkserver child, whose
   ``spawn.prepare`` takes it before the main module is imported; ``prepare`` and that import
-  also name the step a record names (:func:`step`).
+  also name the step a record names (``spawn_child.step``).
 - ``BaseProcess._bootstrap``, which runs in every child as it starts, points ``faulthandler``
   at a file its parent reads when the child crashes (``mpcompat.child_failures.crash_stacks``); the
   start names the crash file's path in the child; ``join`` and ``is_alive`` (a terminated
