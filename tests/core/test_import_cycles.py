@@ -1,6 +1,7 @@
-"""No import circles inside mpcompat: read from the package's own import statements (at module
-level and inside functions alike), no module imports one that, directly or through others,
-imports it back."""
+"""The package's imports, read from its own import statements (at module level and inside
+functions alike): no module imports one that, directly or through others, imports it back; no
+module of the package is imported under another name; an ``__init__.py`` holds a docstring and
+re-exports, nothing else (the real code lives in modules named for what they do)."""
 import ast
 import os
 
@@ -77,3 +78,47 @@ def test_the_package_imports_no_module_that_imports_it_back():
     edges = imports(known)
     assert "mpcompat.diagnose.hints" in edges["mpcompat.diagnose.walker"]  # the finder works
     assert cycles(edges) == []
+
+
+def renamed(tree, known):
+    """``(module, name it is bound to)`` for each import in ``tree`` of a package module under
+    another name."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                full = alias.name if isinstance(node, ast.Import) else "%s.%s" % (
+                    node.module or "", alias.name)
+                if alias.asname and full in known:
+                    found.append((full, alias.asname))
+    return found
+
+
+def test_the_rename_finder_sees_a_rename():
+    known = modules()
+    code = "import mpcompat.errors as e\nfrom mpcompat.patching import importhook as hook\n" \
+           "from mpcompat.errors import warn as w\nimport os.path as osp\n"
+    assert renamed(ast.parse(code), known) == [("mpcompat.errors", "e"),
+                                               ("mpcompat.patching.importhook", "hook")]
+
+
+def test_no_module_of_the_package_is_imported_under_another_name():
+    known = modules()
+    found = {}
+    for module, path in known.items():
+        with open(path) as f:
+            found[module] = renamed(ast.parse(f.read(), path), known)
+    assert {module: names for module, names in found.items() if names} == {}
+
+
+def test_init_files_only_re_export():
+    code = {}
+    for module, path in modules().items():
+        if path.endswith("__init__.py") and module != "mpcompat":  # the API, and activation
+            with open(path) as f:
+                body = ast.parse(f.read(), path).body
+            code[module] = [type(node).__name__ for node in body[1:] if not (
+                isinstance(node, ast.ImportFrom) or (isinstance(node, ast.Assign) and [
+                    getattr(t, "id", None) for t in node.targets] == ["__all__"]))]
+    assert "mpcompat.patching" in code and "mpcompat.diagnose" in code
+    assert {module: kinds for module, kinds in code.items() if kinds} == {}
