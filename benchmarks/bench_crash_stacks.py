@@ -1,7 +1,7 @@
 """Benchmark the crash stacks on the healthy path (``mpcompat.child_failures.crash_stacks``):
-what each worker start pays so that a native crash can show its Python stack (the child opens its crash
-file and enables faulthandler; it removes the file when it ends), side by side with the same
-work without it.
+what each worker start pays so that a native crash can show its Python stack (the child opens
+its crash file and enables faulthandler; it removes the file when it ends), side by side with
+the same work without it.
 
 Two measurements, both with mpcompat active:
 - The whole job, in this process, interleaved (order rotated each round): "with" (crash stacks

@@ -13,9 +13,9 @@ other connection unread, and never waits for a slow sender. On Linux the socket 
 elsewhere on Unix it is a file in a private directory removed at exit; Windows has no channel.
 
 The parent's side runs in the helper threads of Pools and executors: all it needs is imported
-here, or with the ``failure_records`` patch (:mod:`mpcompat.child_failures.exits`, but in a spawn
-child starting up, which needs none of it: :func:`spawn_child_starting`), never in them (a fork
-child made meanwhile would inherit the held import lock). Nothing runs at import.
+here, or with the ``failure_records`` patch (:mod:`mpcompat.child_failures.exits`, but in a
+spawn child starting up, which needs none of it: :func:`spawn_child_starting`), never in them (a
+fork child made meanwhile would inherit the held import lock). Nothing runs at import.
 """
 import atexit
 import collections

@@ -4,8 +4,8 @@ a plain Process's) words it. The exit code or signal by name; what an exit code 
 Python defines it; for a SIGKILL, whether the kernel's OOM killer sent it, on which evidence,
 the limit hit and the worker's peak memory (:mod:`.memory_evidence`); for a native crash, the
 worker's Python stack at the crash (:mod:`.crash_stacks`) and, for a SIGBUS, /dev/shm's measured
-facts (:mod:`.shared_memory`); then the error the worker recorded. Also: a forkserver that died, named on the error of the start it failed
-(:func:`forkserver_died`)."""
+facts (:mod:`.shared_memory`); then the error the worker recorded. Also: a forkserver that
+died, named on the error of the start it failed (:func:`forkserver_died`)."""
 import os
 import signal
 import sys

@@ -10,7 +10,8 @@ displaced it (Python keeps the uncaught exception as ``sys.last_value``); neithe
 file that is there already (``@record`` wrote it first). It applies as mpcompat activates in a
 process that has the variable set (its target is ``sys``); torch is never imported for it.
 It also arms the rank's crash file, which its agent named
-(``mpcompat.child_failures.crash_stacks``): a native crash leaves the rank's Python stack there for the agent's summary.
+(``mpcompat.child_failures.crash_stacks``): a native crash leaves the rank's Python stack there
+for the agent's summary.
 """
 import atexit
 import os

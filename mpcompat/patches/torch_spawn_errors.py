@@ -3,7 +3,8 @@ its cause.
 
 ``ProcessExitedException.__init__`` (wrapt) adds what ended the child, from what was measured
 (``mpcompat.child_failures.exits``: an OOM kill, an exit code's meaning), and the start-up failure
-the child recorded (``multiprocessing.bootstrap_notes``, ``mpcompat.child_failures.channel``), if any.
+the child recorded (``multiprocessing.bootstrap_notes``, ``mpcompat.child_failures.channel``),
+if any.
 """
 from mpcompat.patching.spec import Skip
 from mpcompat.patching.patcher import Patcher
