@@ -52,6 +52,11 @@ class FailureRecord(object):
         """What makes two children fail the same way: error, notes and step."""
         return self.error, tuple(self.notes), self.what
 
+    def headline(self):
+        """The error up to its first blank line, on one line (the bootstrapping-phase error
+        spans fifteen indented lines)."""
+        return " ".join(self.error.strip().split("\n\n", 1)[0].split())
+
 
 class _Channel(object):
     """This process's listening socket (``address``: "<owner pid>:<socket address>"), the
@@ -389,19 +394,15 @@ def describe_records(records, what, tally=False):
     """A note naming why each child of ``records`` failed while starting (its error, the step,
     then its notes, which carry the fix), one copy per distinct error, or None if none; then a
     line for each child that failed the same way, or with ``tally``, their count and the whole
-    error (else up to its first blank line, on one line: the bootstrapping-phase error spans
-    fifteen indented lines)."""
+    error (else its :meth:`~FailureRecord.headline`)."""
     from mpcompat.child_failures import exits  # loaded already, but in a spawn child starting up
     alike = {}
     for rec in records:
         alike.setdefault(rec.alike(), []).append(rec)
     parts = []
     for first, *others in alike.values():
-        if not tally:
-            first = FailureRecord(first.pid, first.time, first.what, " ".join(
-                first.error.strip().split("\n\n", 1)[0].split()), first.notes)
         lines = exits.record_lines("%s (pid %d) failed while starting: " % (what, first.pid),
-                                   first)
+                                   first, short=not tally)
         if tally and others:
             lines.append("(%d more workers failed the same way)" % len(others))
         elif not tally:

@@ -139,10 +139,10 @@ def _sigkill_lines(pid):
     return lines
 
 
-def record_lines(intro, record):
-    """``intro`` and the error of ``record`` (``mpcompat.child_failures.channel``), then the step
-    that failed and its notes, as lines."""
-    lines = [intro + record.error]
+def record_lines(intro, record, short=False):
+    """``intro`` and the error of ``record`` (``mpcompat.child_failures.channel``; ``short``: its
+    headline), then the step that failed and its notes, as lines."""
+    lines = [intro + (record.headline() if short else record.error)]
     if record.what:
         lines.append("(while %s)" % record.what)
     return lines + list(record.notes)

@@ -286,8 +286,8 @@ def dump(rec, since, quiet, next_at):
     lines.insert(1, "mpcompat: (%s; %s=%g; next dump after %.1f s without progress; nothing "
                     "is killed)" % (started, VAR, _state.seconds, next_at))
     _write(stream, lines)
-    for label, process in late:
-        _dump_worker(stream, label, process)
+    for label, worker in late:  # (``process`` names this process in the last line)
+        _dump_worker(stream, label, worker)
     _write(stream, ["mpcompat: end of hang dump %d of %s" % (number, process)])
     return True
 

@@ -257,9 +257,8 @@ def _say_start_failure(starts, process, record):
     workers, and breaks the Pool at once.) ``os.write``: no lock taken in the worker handler
     (the fork rule)."""
     if record is not None:
-        error = " ".join(record.error.strip().split("\n\n", 1)[0].split())
         cause = "failed while starting: %s%s" % (
-            error, " (while %s)" % record.what if record.what else "")
+            record.headline(), " (while %s)" % record.what if record.what else "")
     else:
         cause = "died while starting (%s)" % exits.describe_exit(process.exitcode, process.pid)
     if cause == starts.said:
@@ -306,7 +305,7 @@ def _broken(failures, seconds):
     note = channel.describe_records(records, "Pool worker process", tally=len(pids) > 1) \
         if records \
         else notes.PREFIX + ("None of them recorded an error: they died without raising "
-                       "(os._exit(), a signal) before the Pool's initializer returned.")
+                             "(os._exit(), a signal) before the Pool's initializer returned.")
 
     def error():
         exc = errors.BrokenPool(message, pids, codes)
