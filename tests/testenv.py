@@ -54,6 +54,33 @@ def race(threads):
         sys.setswitchinterval(interval)
 
 
+_RACE_STEPS = """
+import sys, threading
+from testenv import race
+errors = []
+def looping(step, n=300):
+    def run():
+        for i in range(n):
+            try:
+                step(i)
+            except Exception as exc:
+                errors.append(repr(exc))
+    return run
+def each(steps):
+    race([threading.Thread(target=looping(step)) for step in steps])
+    assert errors == [], errors[:3]
+"""
+
+
+def run_race(code, python=None):
+    """Run ``code`` in a fresh interpreter, bounded by a timeout, after a prelude defining
+    ``each(steps)``: it runs each ``step(i)`` 300 times in a thread of its own, all at once
+    (:func:`race`), and asserts that none raised. ``code`` prints "ok" as it ends."""
+    result = run_python(_RACE_STEPS + code, python=python, timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().endswith("ok"), result.stdout + result.stderr
+
+
 # What CPython says when a child cannot find a name in the main script: "Can't get attribute 'X'
 # on <module '__mp_main__' from '/path'>" up to 3.13, "module '__mp_main__' has no attribute
 # 'X'" from 3.14 on.

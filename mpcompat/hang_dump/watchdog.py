@@ -45,7 +45,7 @@ class _WatchdogState(object):
     """This process's watchdog state, in one place (reset in a forked child)."""
 
     __slots__ = ("current", "main", "seconds", "started", "start_lock", "write_lock",
-                 "fork_holds", "dumps", "armed_by", "handler", "stacks_fd", "files", "last",
+                 "arm_lock", "fork_holds", "dumps", "armed_by", "handler", "stacks_fd", "files", "last",
                  "starting")
 
     def __init__(self):
@@ -57,6 +57,7 @@ class _WatchdogState(object):
         self.started = False     # the watchdog thread runs (or could not start)
         self.start_lock = allocate_lock()
         self.write_lock = allocate_lock()  # held while a dump writes to stderr
+        self.arm_lock = allocate_lock()    # held while the handler is registered or not
         self.fork_holds = {}     # thread ident -> whether its fork holds write_lock
         self.dumps = 0           # dumps written by this process
         self.armed_by = set()    # patches that want the worker-side handler
@@ -564,16 +565,17 @@ def arm_workers(owner=None):
     """Register the stack-dump handler (``faulthandler`` on SIGURG, all threads, chained) in
     this process for ``owner`` (a patch; None: for those already armed, as a forked child
     does); its forked children inherit it."""
-    if owner is not None:
-        _state.armed_by.add(owner)
-    if _state.handler or SIGNUM is None or not _state.armed_by:
-        return
-    try:
-        import faulthandler
-        faulthandler.register(SIGNUM, file=_stacks_target(), all_threads=True, chain=True)
-        _state.handler = True
-    except Exception:
-        pass
+    with _state.arm_lock:
+        if owner is not None:
+            _state.armed_by.add(owner)
+        if _state.handler or SIGNUM is None or not _state.armed_by:
+            return
+        try:
+            import faulthandler
+            faulthandler.register(SIGNUM, file=_stacks_target(), all_threads=True, chain=True)
+            _state.handler = True
+        except Exception:
+            pass
 
 
 def _stacks_target():
@@ -593,15 +595,16 @@ def _stacks_target():
 
 def disarm_workers(owner):
     """``owner`` no longer wants the handler; unregister it once nobody does."""
-    _state.armed_by.discard(owner)
-    if not _state.armed_by and _state.handler:
-        try:
-            import faulthandler
-            faulthandler.unregister(SIGNUM)
-        except Exception:
-            pass
-        _state.handler = False
-        _close_stacks()
+    with _state.arm_lock:
+        _state.armed_by.discard(owner)
+        if not _state.armed_by and _state.handler:
+            try:
+                import faulthandler
+                faulthandler.unregister(SIGNUM)
+            except Exception:
+                pass
+            _state.handler = False
+            _close_stacks()
 
 
 def _close_stacks():
@@ -629,6 +632,7 @@ def _after_fork_in_child():
     _state.started = False
     _state.start_lock = allocate_lock()
     _state.write_lock = allocate_lock()
+    _state.arm_lock = allocate_lock()
     _state.fork_holds.clear()
     _state.main = threading.main_thread().ident
     _state.files, _state.last = {}, None

@@ -7,14 +7,13 @@ recorded for the parent. Where mpcompat is activated while ``spawn._main`` alrea
 script's own ``import mpcompat``), a chained ``sys.excepthook`` does that instead. The work is
 :mod:`mpcompat.child_failures.spawn_child`'s.
 """
-import sys
 
 from mpcompat.child_failures import spawn_child
-from mpcompat.patching.patcher import Patcher
+from mpcompat.patching.patcher import ExceptHooks, Patcher
 from mpcompat.patching.spec import Skip
 
 patcher = Patcher()
-_hooks = []  # the excepthooks installed in this process (at most one is active)
+hooks = ExceptHooks()
 
 
 def apply(module):
@@ -28,18 +27,12 @@ def apply(module):
                                    ("_main", Exception, spawn_child.start_failed)):
         patcher.replace(module, name,
                         spawn_child.hooked(patcher.original(module, name), errors, on_error))
-    if getattr(module.process.current_process(), "_inheriting", False) and \
-            not any(h.active for h in _hooks):
-        _hooks.append(spawn_child.ExceptHook(sys.excepthook))
-        sys.excepthook = _hooks[-1]
+    if getattr(module.process.current_process(), "_inheriting", False):
+        hooks.install(spawn_child.ExceptHook)
 
 
 def revert(module):
     """Put back the originals where ours are in place; turn the excepthook off (removed where
     it is still the one in place)."""
     patcher.restore(module)
-    for hook in _hooks[::-1]:
-        hook.active = False
-        if sys.excepthook is hook:
-            sys.excepthook = hook.previous
-            _hooks.remove(hook)
+    hooks.remove()

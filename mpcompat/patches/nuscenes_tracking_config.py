@@ -17,9 +17,10 @@ def apply(module):
     cls = getattr(module, "TrackingConfig", None)
     if not isinstance(cls, type):
         raise Skip("%s has no TrackingConfig class" % module.__name__)
-    # Ours, from any application (another thread's activate() may apply it meanwhile).
-    own = [name for name in _OWN_PICKLING if name in cls.__dict__ and getattr(
-        cls.__dict__[name], "__module__", None) != __name__]
+    # Ours, from any application (another thread's activate() may apply it meanwhile), or
+    # absent: each is read once, as another thread's revert may delete it meanwhile.
+    own = [name for name in _OWN_PICKLING
+           if getattr(cls.__dict__.get(name, apply), "__module__", None) != __name__]
     if own:
         raise Skip("TrackingConfig defines %s itself" % ", ".join(own))
     if not callable(getattr(cls, "serialize", None)):

@@ -10,8 +10,9 @@ import sys
 
 from mpcompat.patching.spec import Skip
 
-# active: applied on cv2 (the fork hook acts only then); hooked: the fork hook is registered.
-_state = {"active": False, "hooked": False}
+# active: applied on cv2 (the fork hook acts only then); unhooked: the fork hook is still to be
+# registered (popped: one atomic step, so two threads applying at once register it once).
+_state = {"active": False, "unhooked": True}
 
 
 def apply(module):
@@ -21,9 +22,8 @@ def apply(module):
     _state["active"] = True
     from mpcompat.workers import started
     started.register(configure_worker)
-    if not _state["hooked"] and hasattr(os, "register_at_fork"):
+    if hasattr(os, "register_at_fork") and _state.pop("unhooked", False):
         os.register_at_fork(after_in_child=configure_worker)
-        _state["hooked"] = True
     if _in_dataloader_worker():
         single_thread(module)
 

@@ -17,10 +17,11 @@ import atexit
 import os
 import sys
 
+from mpcompat.patching.patcher import ExceptHooks
 from mpcompat.patching.spec import NotNeeded
 
 ERROR_FILE_VAR = "TORCHELASTIC_ERROR_FILE"
-_hooks = []  # the excepthooks installed in this process (at most one is active)
+hooks = ExceptHooks()
 
 
 class _ExceptHook(object):
@@ -68,7 +69,7 @@ def write_error_file(exc):
 
 def _at_exit():
     """The uncaught exception that ends this process, if a hook set after ours handled it."""
-    if any(h.active and h.pid == os.getpid() for h in _hooks):
+    if hooks.active(os.getpid()):
         exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
         if isinstance(exc, Exception):
             write_error_file(exc)
@@ -83,17 +84,11 @@ def apply(module):
     its argv says so only until ``spawn.prepare`` sets the parent's)."""
     if (getattr(module, "argv", None) or [])[1:2] == ["--multiprocessing-fork"]:
         raise NotNeeded("a multiprocessing child of the rank, not the rank")
-    if not any(h.active for h in _hooks):
-        _hooks.append(_ExceptHook(module.excepthook))
-        module.excepthook = _hooks[-1]
+    hooks.install(_ExceptHook)
     from mpcompat.child_failures import crash_stacks
     crash_stacks.arm_inherited()
 
 
 def revert(module):
     """Turn the excepthook off (removed where it is still the one in place)."""
-    for hook in _hooks[::-1]:
-        hook.active = False
-        if module.excepthook is hook:
-            module.excepthook = hook.previous
-            _hooks.remove(hook)
+    hooks.remove()

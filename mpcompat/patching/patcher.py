@@ -1,9 +1,23 @@
 """The one way a patch changes a library (gevent.monkey's saved originals): replace an attribute
 or a registry's item, remember the original, put it back only where ours is still in place.
+Threads may apply and revert one patch at once: each change is made under the patcher's lock (a
+forked child gets fresh ones: a thread of its parent may have held one at the fork).
 """
+import os
+import sys
 from _thread import RLock
 
 _ABSENT = object()
+_all = []  # every Patcher and ExceptHooks of this process, whose locks a forked child renews
+
+
+def _renew_locks():
+    for owner in _all:
+        owner._lock = RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_locks)
 
 
 class Patcher(object):
@@ -11,6 +25,7 @@ class Patcher(object):
 
     def __init__(self):
         self._lock = RLock()
+        _all.append(self)
         self._records = {}  # (id(owner), name, item) -> [owner, name, item, original, new, target]
 
     def replace(self, owner, name, new, target=None):
@@ -97,3 +112,35 @@ def _put(owner, name, item, value):
         delattr(owner, name)
     else:
         setattr(owner, name, value)
+
+
+class ExceptHooks(object):
+    """The ``sys.excepthook`` one patch chains in front of the one in place: at most one of
+    them is active. Each hook has ``active`` (it acts only then) and ``previous`` (which it
+    calls after)."""
+
+    def __init__(self):
+        self._lock = RLock()
+        _all.append(self)
+        self.installed = []
+
+    def install(self, make):
+        """Make ``sys.excepthook`` ``make(sys.excepthook)`` unless one of ours is active."""
+        with self._lock:
+            if not self.active():
+                self.installed.append(make(sys.excepthook))
+                sys.excepthook = self.installed[-1]
+
+    def remove(self):
+        """Turn ours off; take out those still in place (one chained after ours stays: it
+        calls ours, which passes everything on)."""
+        with self._lock:
+            for hook in self.installed[::-1]:
+                hook.active = False
+                if sys.excepthook is hook:
+                    sys.excepthook = hook.previous
+                    self.installed.remove(hook)
+
+    def active(self, pid=None):
+        """Whether one of ours is active (and made in process ``pid``, if given)."""
+        return any(h.active and (pid is None or h.pid == pid) for h in list(self.installed))

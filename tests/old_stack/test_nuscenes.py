@@ -18,7 +18,7 @@ from nuscenes.eval.detection.data_classes import DetectionConfig
 from nuscenes.eval.tracking import data_classes as tracking
 
 import libs_workers
-from testenv import child_env, run_python
+from testenv import child_env, run_python, run_race
 
 
 def _json(module, name):
@@ -182,3 +182,17 @@ def test_tracking_subclass_with_its_own_reduce_keeps_it():
     data = pickle.dumps(cfg)
     assert b"_rebuild_own" in data and b"rebuild_by_init" not in data
     assert type(pickle.loads(data)) is _OwnPickling
+
+
+def test_tracking_patch_applied_and_reverted_by_threads_at_once():
+    # What concurrent activate() and deactivate() calls do: apply() reads the class's pickling
+    # hooks while another thread's revert() deletes ours.
+    run_race("""
+from nuscenes.eval.tracking import data_classes as module
+from mpcompat.patches import nuscenes_tracking_config as patch
+for rep in range(15):
+    each([lambda i: patch.apply(module), lambda i: patch.revert(module)] * 3)
+    patch.revert(module)
+    assert "__reduce_ex__" not in module.TrackingConfig.__dict__
+print("ok")
+""")
