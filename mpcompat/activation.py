@@ -8,6 +8,8 @@ import sys
 from _thread import RLock
 
 _lock = RLock()
+if hasattr(os, "register_at_fork"):  # a new one in a forked child: a parent's thread may hold it
+    os.register_at_fork(after_in_child=lambda: globals().update(_lock=RLock()))
 _state = {"active": False, "how": "not activated yet", "conflicts": []}
 _config = {"watched": frozenset(), "arm": None}  # arm: manager.arm()'s arguments, till called
 _registered = {}  # the built-in reducers activation registered: {type: reducer}

@@ -5,6 +5,7 @@ before, for ``unregister`` to put back.
 copyreg is imported on first use, not with this module: activation registers the built-in
 reducers only once copyreg is imported, and its import hook may call back in meanwhile.
 """
+import os
 from _thread import RLock
 
 __all__ = ["register", "unregister", "registered", "registering", "reducer"]
@@ -12,6 +13,8 @@ __all__ = ["register", "unregister", "registered", "registering", "reducer"]
 _MISSING = object()
 _MappingProxyType = type(type.__dict__)  # not importing types (start-up time)
 _lock = RLock()
+if hasattr(os, "register_at_fork"):  # a new one in a forked child: a parent's thread may hold it
+    os.register_at_fork(after_in_child=lambda: globals().update(_lock=RLock()))
 # cls -> (reducer, the copyreg entry before mpcompat first registered cls, or _MISSING)
 _entries = {}
 

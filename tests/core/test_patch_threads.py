@@ -4,7 +4,7 @@ registered twice, and the end state is the last call's. Each race repeats in a f
 with the interpreter switching threads as often as it can; a run is bounded by a timeout."""
 import pytest
 
-from testenv import run_race
+from testenv import run_python, run_race
 
 
 def test_opencv_patch_applied_and_reverted_by_threads_at_once():
@@ -25,9 +25,10 @@ print("ok")
 @pytest.mark.parametrize("patch", ["torch_elastic_errors", "mp_bootstrap_notes"])
 def test_chained_excepthook_installed_and_removed_by_threads_at_once(patch):
     run_race("""
+import types
 from mpcompat.patches import %s as patch
 original = sys.excepthook
-make = lambda previous: type("Hook", (), {"active": True, "previous": previous, "pid": 0})()
+make = lambda previous: types.SimpleNamespace(active=True, previous=previous)
 for rep in range(15):
     each([lambda i: (patch.hooks.install(make), patch.hooks.remove())] * 6)
     assert sys.excepthook is original and not patch.hooks.active()
@@ -58,3 +59,47 @@ for rep in range(15):
     assert not state.handler and state.stacks_fd is None
 print("ok")
 """)
+
+
+def test_a_forked_child_never_waits_for_a_lock_a_parent_thread_held():
+    # A thread holds every lock of activation, the reducer registry, a Patcher and ExceptHooks
+    # as the main thread forks; the child then activates, registers a reducer, applies and
+    # reverts: with the parent's locks it would wait forever (the child is bounded to 20 s).
+    result = run_python("""
+import os, sys, threading, time, types
+import mpcompat
+from mpcompat import activation
+from mpcompat.pickling import registry
+from mpcompat.patching.patcher import ExceptHooks, Patcher
+patcher, hooks = Patcher(), ExceptHooks()
+held, done = threading.Event(), threading.Event()
+def hold():
+    with activation._lock, registry._lock, patcher._lock, hooks._lock:
+        held.set()
+        done.wait()
+threading.Thread(target=hold, daemon=True).start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    mpcompat.deactivate(); mpcompat.activate()
+    class Mine(object):
+        pass
+    mpcompat.register(Mine, lambda obj: (Mine, ()))
+    module = types.ModuleType("m"); module.f = 1
+    patcher.replace(module, "f", 2); patcher.restore(module)
+    hooks.install(lambda previous: types.SimpleNamespace(active=True, previous=previous))
+    hooks.remove()
+    os._exit(0 if module.f == 1 else 1)
+deadline = time.monotonic() + 20
+while time.monotonic() < deadline:
+    finished, status = os.waitpid(pid, os.WNOHANG)
+    if finished:
+        print("child exit", os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status >> 8)
+        break
+    time.sleep(0.05)
+else:
+    os.kill(pid, 9); os.waitpid(pid, 0)
+    print("child hung")
+done.set()
+""", timeout=120)
+    assert result.stdout.strip() == "child exit 0", result.stdout + result.stderr
