@@ -157,9 +157,11 @@ if __name__ == "__main__":
     def killer():
         while not stop.wait(random.uniform(0.005, 0.03)):
             pids = worker_pids(pool)
-            if pids:
+            try:
                 os.kill(random.choice(pids), signal.SIGKILL)
-                kills.append(1)
+            except (IndexError, ProcessLookupError):  # none, or reaped since seen alive
+                continue
+            kills.append(1)
 
     threading.Thread(target=killer, daemon=True).start()
     results = [pool.apply_async(slow_double, (i, 0.001)) for i in range(1000)]
@@ -189,7 +191,7 @@ def test_random_kills_lose_nothing(method, tmp_path):
     outcomes = data["outcomes"]
     assert set(outcomes) <= {"ok", "WorkerLostError"}, data
     assert sum(outcomes.values()) == 1000 and outcomes["ok"] >= 500, data
-    assert data["kills"] >= 10 and data["terminate"] < 10, data
+    assert data["kills"] >= 10 and data["terminate"] < 10, (data, proc.stderr[-3000:])
 
 
 FORKSERVER = '''\
