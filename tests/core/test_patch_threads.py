@@ -65,8 +65,11 @@ def test_a_forked_child_never_waits_for_a_lock_a_parent_thread_held():
     # A thread holds every lock of activation, the reducer registry, a Patcher and ExceptHooks
     # as the main thread forks; the child then activates, registers a reducer, applies and
     # reverts: with the parent's locks it would wait forever (the child is bounded to 20 s).
+    # copyreg first: Python 3.15 imports it only as os.fork() formats its warning on threads,
+    # and mpcompat registers its reducers then, under the registry lock this thread holds.
     result = run_python("""
-import os, sys, threading, time, types
+import copyreg, os, sys, threading, time, types, warnings
+warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads (3.12+)
 import mpcompat
 from mpcompat import activation
 from mpcompat.pickling import registry
