@@ -45,8 +45,8 @@ class _WatchdogState(object):
     """This process's watchdog state, in one place (reset in a forked child)."""
 
     __slots__ = ("current", "main", "seconds", "started", "start_lock", "write_lock",
-                 "arm_lock", "fork_holds", "dumps", "armed_by", "handler", "stacks_fd", "files", "last",
-                 "starting")
+                 "arm_lock", "fork_holds", "dumps", "armed_by", "handler", "stacks_fd", "files",
+                 "last", "starting")
 
     def __init__(self):
         # The main thread's wait (a WatchedWait) or None; an attribute load and a store per

@@ -97,7 +97,7 @@ deadline = time.monotonic() + 20
 while time.monotonic() < deadline:
     finished, status = os.waitpid(pid, os.WNOHANG)
     if finished:
-        print("child exit", os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status >> 8)
+        print("child exit", os.WEXITSTATUS(status))
         break
     time.sleep(0.05)
 else:
