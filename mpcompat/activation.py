@@ -7,9 +7,15 @@ import os
 import sys
 from _thread import RLock
 
-_lock = RLock()
-if hasattr(os, "register_at_fork"):  # a new one in a forked child: a parent's thread may hold it
-    os.register_at_fork(after_in_child=lambda: globals().update(_lock=RLock()))
+_locks = {}  # pid -> activation's lock in that process
+
+
+def _lock():
+    """This process's lock, made on first use (atomic ``setdefault``): a forked child never
+    waits for the one a thread of its parent may have held at the fork."""
+    return _locks.get(os.getpid()) or _locks.setdefault(os.getpid(), RLock())
+
+
 _state = {"active": False, "how": "not activated yet", "conflicts": []}
 _config = {"watched": frozenset(), "arm": None}  # arm: manager.arm()'s arguments, till called
 _registered = {}  # the built-in reducers activation registered: {type: reducer}
@@ -86,7 +92,7 @@ def _activate(patches, disabled_patches, how):
         disabled = _parse_names(disabled_patches, "disabled_patches", known)
         disabled_by = "disabled by activate(disabled_patches=...)"
     live = {t for spec in rows if not spec.env_off() for t in spec.targets}
-    with _lock:
+    with _lock():
         _config["arm"] = (rows, frozenset(requested - disabled),
                           disabled_by if disabled else None)
         _state.update(active=True, how=how)
@@ -120,7 +126,7 @@ def ensure_armed():
     """Arm the patches if mpcompat is active and not armed yet; return the patch manager."""
     from mpcompat.patching import manager
     if _config["arm"] is not None:
-        with _lock:  # bookkeeping only: nothing is imported or applied while it is held
+        with _lock():  # bookkeeping only: nothing is imported or applied while it is held
             if _config["arm"] is not None:
                 _arm(manager)  # nothing is applied yet: nothing to undo
     return manager
@@ -169,7 +175,7 @@ def _warn_failure(what, exc):
 def deactivate():
     """Undo :func:`activate`: revert every patch and remove the built-in reducers."""
     from mpcompat.patching import importhook
-    with _lock:
+    with _lock():
         for target in _config["watched"]:
             importhook.unwatch(target, _on_target)
         importhook.unwatch("copyreg", _on_copyreg)

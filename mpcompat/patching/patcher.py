@@ -1,31 +1,25 @@
 """The one way a patch changes a library (gevent.monkey's saved originals): replace an attribute
 or a registry's item, remember the original, put it back only where ours is still in place.
-Threads may apply and revert one patch at once: each change is made under the patcher's lock (a
-forked child gets fresh ones: a thread of its parent may have held one at the fork).
+Threads may apply and revert one patch at once: each change is made under the patcher's lock.
 """
 import os
 import sys
 from _thread import RLock
 
 _ABSENT = object()
-_all = []  # every Patcher and ExceptHooks of this process, whose locks a forked child renews
 
 
-def _renew_locks():
-    for owner in _all:
-        owner._lock = RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_renew_locks)
+def _own(locks):
+    """This process's lock in ``locks`` (pid -> RLock), made on first use (atomic
+    ``setdefault``): a forked child never waits for one a thread of its parent held at the fork."""
+    return locks.get(os.getpid()) or locks.setdefault(os.getpid(), RLock())
 
 
 class Patcher(object):
     """Records ``(owner, name) -> original`` for every replacement one patch makes."""
 
     def __init__(self):
-        self._lock = RLock()
-        _all.append(self)
+        self._locks = {}
         self._records = {}  # (id(owner), name, item) -> [owner, name, item, original, new, target]
 
     def replace(self, owner, name, new, target=None):
@@ -50,7 +44,7 @@ class Patcher(object):
 
     def original(self, owner, name):
         """What ``owner.name`` was before this patcher replaced it (what it is, otherwise)."""
-        with self._lock:
+        with _own(self._locks):
             value = self._original(owner, name, False)
         if value is not _ABSENT:
             return value
@@ -63,7 +57,7 @@ class Patcher(object):
         """Put back the originals replaced for ``module`` (all when None) where ours is still
         in place: what somebody set after us stays theirs."""
         name = getattr(module, "__name__", module)
-        with self._lock:
+        with _own(self._locks):
             for key, (owner, attr, item, original, new, target) in list(self._records.items()):
                 if name is None or target == name:
                     del self._records[key]
@@ -72,12 +66,12 @@ class Patcher(object):
 
     def applied(self):
         """The ``(owner, name)`` pairs that hold a replacement of ours right now."""
-        with self._lock:
+        with _own(self._locks):
             return [(owner, name) for owner, name, item, _, new, _ in self._records.values()
                     if _get(owner, name, item) is new]
 
     def _replace(self, owner, name, item, new, target):
-        with self._lock:
+        with _own(self._locks):
             original = self._original(owner, name, item)
             _put(owner, name, item, new)
             self._records[(id(owner), name, item)] = [owner, name, item, original, new, target]
@@ -120,13 +114,12 @@ class ExceptHooks(object):
     calls after)."""
 
     def __init__(self):
-        self._lock = RLock()
-        _all.append(self)
+        self._locks = {}
         self.installed = []
 
     def install(self, make):
         """Make ``sys.excepthook`` ``make(sys.excepthook)`` unless one of ours is active."""
-        with self._lock:
+        with _own(self._locks):
             if not self.active():
                 self.installed.append(make(sys.excepthook))
                 sys.excepthook = self.installed[-1]
@@ -134,7 +127,7 @@ class ExceptHooks(object):
     def remove(self):
         """Turn ours off; take out those still in place (one chained after ours stays: it
         calls ours, which passes everything on)."""
-        with self._lock:
+        with _own(self._locks):
             for hook in self.installed[::-1]:
                 hook.active = False
                 if sys.excepthook is hook:

@@ -12,9 +12,15 @@ __all__ = ["register", "unregister", "registered", "registering", "reducer"]
 
 _MISSING = object()
 _MappingProxyType = type(type.__dict__)  # not importing types (start-up time)
-_lock = RLock()
-if hasattr(os, "register_at_fork"):  # a new one in a forked child: a parent's thread may hold it
-    os.register_at_fork(after_in_child=lambda: globals().update(_lock=RLock()))
+_locks = {}  # pid -> the registry's lock in that process
+
+
+def _lock():
+    """This process's lock, made on first use (atomic ``setdefault``): a forked child never
+    waits for the one a thread of its parent may have held at the fork."""
+    return _locks.get(os.getpid()) or _locks.setdefault(os.getpid(), RLock())
+
+
 # cls -> (reducer, the copyreg entry before mpcompat first registered cls, or _MISSING)
 _entries = {}
 
@@ -58,7 +64,7 @@ def register(cls, reducer, *, override=False):
     """
     _check(cls, reducer)
     table = _table()  # outside the lock: a first import of copyreg runs activation's hook
-    with _lock:
+    with _lock():
         current = table.get(cls, _MISSING)
         entry = _entries.get(cls)
         if entry is not None and current is reducer and entry[0] is reducer:
@@ -83,7 +89,7 @@ def unregister(cls):
     something else replaced mpcompat's since. ``ValueError`` if mpcompat manages none."""
     _check_cls(cls)
     table = _table()
-    with _lock:
+    with _lock():
         entry = _entries.pop(cls, None)
         if entry is None:
             raise ValueError("cls %s has no reducer registered by mpcompat" % _name(cls))
@@ -94,7 +100,7 @@ def unregister(cls):
 def unregister_if(cls, reducer):
     """Unregister ``cls`` only while mpcompat holds ``reducer`` for it (deactivation must not
     undo a user's override); return whether it did."""
-    with _lock:
+    with _lock():
         entry = _entries.get(cls)
         if entry is None or entry[0] is not reducer:
             return False
@@ -113,7 +119,7 @@ def _put(table, cls, value):
 def registered():
     """Return a read-only snapshot mapping each type mpcompat manages to its reducer."""
     _table()
-    with _lock:
+    with _lock():
         return _MappingProxyType({cls: entry[0] for cls, entry in _entries.items()})
 
 
@@ -132,7 +138,7 @@ class registering(object):
 
     def __enter__(self):
         table = _table()
-        with _lock:
+        with _lock():
             self._saved = [(cls, _entries.get(cls, _MISSING), table.get(cls, _MISSING))
                            for cls, _ in self._items]
             try:
@@ -145,7 +151,7 @@ class registering(object):
 
     def __exit__(self, *exc_info):
         table = _table()
-        with _lock:
+        with _lock():
             for cls, entry, copyreg_entry in self._saved:
                 _put(_entries, cls, entry)
                 _put(table, cls, copyreg_entry)

@@ -73,11 +73,11 @@ warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads (3.12
 import mpcompat
 from mpcompat import activation
 from mpcompat.pickling import registry
-from mpcompat.patching.patcher import ExceptHooks, Patcher
+from mpcompat.patching.patcher import ExceptHooks, Patcher, _own
 patcher, hooks = Patcher(), ExceptHooks()
 held, done = threading.Event(), threading.Event()
 def hold():
-    with activation._lock, registry._lock, patcher._lock, hooks._lock:
+    with activation._lock(), registry._lock(), _own(patcher._locks), _own(hooks._locks):
         held.set()
         done.wait()
 threading.Thread(target=hold, daemon=True).start()
