@@ -14,6 +14,7 @@ imports nothing after its own import and takes no lock.
 import errno
 import os
 import sys
+import threading
 import time
 
 
@@ -46,14 +47,37 @@ class Verdict(object):
 
 
 _workers = {}
+_held = threading.local()  # reading: (pid, counters) inside a batch of starts
 _cgroup = [None, None]  # [pid of this process, (version, directory) of its memory cgroup]
 
 
 # --- taking the measures ------------------------------------------------------------------------
 
 def snapshot():
-    """The measures to take just before a worker starts: (time, counters)."""
-    return time.monotonic(), _counters()
+    """The measures to take just before a worker starts: (time, counters). Inside
+    :class:`batch`, the counters it read."""
+    held = getattr(_held, "reading", None)
+    if held is None or held[0] != os.getpid():
+        return time.monotonic(), _counters()
+    return time.monotonic(), held[1]
+
+
+class batch(object):
+    """``with batch():`` the workers this thread starts in the block share one reading of the
+    counters, taken as it begins: a reading taken before a worker starts is a valid "before"
+    for it, and a Pool starting its workers reads the counters once, not once per worker."""
+
+    def __enter__(self):
+        self.outer = getattr(_held, "reading", None)
+        if self.outer is None or self.outer[0] != os.getpid():
+            try:
+                _held.reading = (os.getpid(), _counters())
+            except Exception:
+                _held.reading = None
+        return self
+
+    def __exit__(self, *exc_info):
+        _held.reading = self.outer
 
 
 def started(pid, before):

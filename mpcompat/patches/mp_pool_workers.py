@@ -164,7 +164,7 @@ def _worker_failed(exc, tasks):
 
 def _parent_side():
     """Import what the Pool's handler threads need below: called as a Pool is made, in the
-    user's thread, before the Pool's threads start (the fork rule); not when the patch applies,
+    user's thread, before its threads start (the fork rule); not when the patch applies,
     since every spawn worker applies it as it starts, and needs none of it (the exit evidence
     is loaded already where the ``failure_records`` patch is on and this is no spawn child).
     The functions below use these modules through the globals it sets."""
@@ -174,14 +174,14 @@ def _parent_side():
     from mpcompat.child_failures import exits
 
 
-def _gated(ctx, initializer):
-    """The dispatcher's ``gated``: whether tasks wait for a worker that said it is ready. A fork
-    worker is ready a moment after it starts, unless an initializer runs: waiting for its word
-    would only add a round trip per worker (one per task with maxtasksperchild=1). A spawn or
-    forkserver worker takes tens of milliseconds: gated where mpcompat starts with every
-    interpreter (installed); where the parent only imported it, the workers may never speak
-    (None: decided by the first word, or its absence)."""
-    if ctx.get_start_method() == "fork":
+def _gated(fork, initializer):
+    """The dispatcher's ``gated`` (``fork``: the Pool's start method is fork): whether tasks wait
+    for a worker that said it is ready. A fork worker is ready a moment after it starts, unless an
+    initializer runs: waiting for its word would only add a round trip per worker (one per task
+    with maxtasksperchild=1). A spawn or forkserver worker takes tens of milliseconds: gated where
+    mpcompat starts with every interpreter (installed); where the parent only imported it, the
+    workers may never speak (None: decided by the first word, or its absence)."""
+    if fork:
         return initializer is not None
     boot = sys.modules.get("_mpcompat_bootstrap")
     return None if getattr(boot, "outcome", None) == "activated" else False
@@ -404,19 +404,28 @@ def _hooks(original, module):
         original["_setup_queues"](self)
         # A process pool's pipe (not a ThreadPool's queue, nor a test's mock context's)
         if isinstance(getattr(self._outqueue, "_reader", None), Connection):
-            _parent_side()
             dispatcher = pool_channels.Dispatcher(self._outqueue, _unreadable)
             dispatcher.starts = _Starts()
             self._quick_put, self._quick_get = dispatcher.put, dispatcher.get
 
     def _repopulate_pool(self):
         dispatcher = pool_channels.dispatcher_of(getattr(self, "_outqueue", None))
-        if dispatcher is not None and not dispatcher.workers:  # as the Pool is made
-            dispatcher.gated = _gated(self._ctx, self._initializer)
-            short = _descriptors_short(self._processes)
-            if short:
-                _leave_to_stdlib(self, dispatcher, short)
-        return original["_repopulate_pool"](self)
+        if dispatcher is None or dispatcher.workers:
+            return original["_repopulate_pool"](self)
+        # As the Pool is made, before its threads start. Under fork, the imports come before
+        # the workers (a page the parent writes after a fork is copied); else after their
+        # starts, while they boot.
+        fork = self._ctx.get_start_method() == "fork"
+        dispatcher.gated = _gated(fork, self._initializer)
+        short = _descriptors_short(self._processes)
+        if fork or short:
+            _parent_side()
+        if short:
+            _leave_to_stdlib(self, dispatcher, short)
+        try:
+            return original["_repopulate_pool"](self)
+        finally:
+            _parent_side()
 
     def _repopulate_pool_static(ctx, Process, processes, pool, inqueue, outqueue, initializer,
                                 initargs, maxtasksperchild, wrap_exception):
@@ -425,27 +434,31 @@ def _hooks(original, module):
             return original["_repopulate_pool_static"](
                 ctx, Process, processes, pool, inqueue, outqueue, initializer, initargs,
                 maxtasksperchild, wrap_exception)
+        # Loaded at the first call, in the user's thread (the fork rule); not with the patch, as
+        # a spawn worker applies it and starts no worker.
+        from mpcompat.child_failures import memory_evidence
         dispatcher.maxtasks = maxtasksperchild
-        for _ in range(processes - len(pool)):
-            if dispatcher.broken is not None:
-                # No new worker, and no fork while the user's threads go on (a fork copies
-                # their locks).
-                return None
-            sock, worker_end = dispatcher.channel()
-            try:
-                w = Process(ctx, target=module.worker, args=(worker_end, worker_end, initializer,
-                                                             initargs, maxtasksperchild,
-                                                             wrap_exception))
-                w.name = w.name.replace("Process", "PoolWorker")
-                w.daemon = True
-                w.start()
-            except BaseException:
-                dispatcher.discard(sock)
-                raise
-            finally:
-                worker_end.conn.close()
-            pool.append(w)
-            dispatcher.add(w, sock)
+        with memory_evidence.batch():  # the OOM counters read once for the workers started
+            for _ in range(processes - len(pool)):
+                if dispatcher.broken is not None:
+                    # No new worker, and no fork while the user's threads go on (a fork copies
+                    # their locks).
+                    break
+                sock, worker_end = dispatcher.channel()
+                try:
+                    w = Process(ctx, target=module.worker, args=(
+                        worker_end, worker_end, initializer, initargs, maxtasksperchild,
+                        wrap_exception))
+                    w.name = w.name.replace("Process", "PoolWorker")
+                    w.daemon = True
+                    w.start()
+                except BaseException:
+                    dispatcher.discard(sock)
+                    raise
+                finally:
+                    worker_end.conn.close()
+                pool.append(w)
+                dispatcher.add(w, sock)
         dispatcher.wake_up()
         return None
 

@@ -5,12 +5,12 @@ names mpcompat's file, which makes mpcompat look like the culprit. :func:`trimme
 frames, unless the error was raised in mpcompat's own code (a real bug of mpcompat keeps all its
 frames). An error whose cause mpcompat's note tells in full (:func:`explained`: a forkserver
 that died) loses multiprocessing's frames too: the mechanics of a failure already explained.
-Imports nothing at call time: the Pool's helper threads may use it (the fork rule).
+Imports nothing at call time, but :func:`format_trimmed`: the Pool's helper threads may use it
+(the fork rule).
 """
 import functools
 import os
 import sys
-import traceback
 import types
 
 __all__ = ["is_own", "trimmed", "explained", "drop_own_frames", "without_own_frames",
@@ -20,8 +20,7 @@ _EXPLAINED = "_mpcompat_explained"  # in an exception's __dict__: see explained(
 
 _OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _DEMO = os.path.join(_OWN, "demo") + os.sep
-_LIBRARY = os.path.dirname(os.path.abspath(traceback.__file__)) + os.sep + "multiprocessing" \
-    + os.sep
+_LIBRARY = os.path.dirname(os.path.abspath(os.__file__)) + os.sep + "multiprocessing" + os.sep
 
 
 def is_own(filename):
@@ -114,7 +113,10 @@ def without_own_frames(func):
 
 def format_trimmed(exc):
     """The traceback of ``exc`` as text, as ``traceback.format_exception`` makes it, with
-    mpcompat's frames left out (see :func:`trimmed`), its causes and contexts included."""
+    mpcompat's frames left out (see :func:`trimmed`), its causes and contexts included. Imports
+    ``traceback`` (as ``Process._bootstrap`` does where a process ends of an error): never in a
+    Pool's helper thread."""
+    import traceback
     _trim_chain(exc)
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 

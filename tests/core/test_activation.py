@@ -240,6 +240,27 @@ def test_import_loads_no_heavy_module():
     assert proc.stdout.strip() == "[]"
 
 
+def test_multiprocessing_patches_import_no_module_of_the_standard_librarys_own():
+    """Every process that imports multiprocessing (a resource tracker, a Process child) loads its
+    patches: they load no module of the standard library that multiprocessing does not load
+    itself (traceback and its linecache, tokenize and textwrap cost a few milliseconds), but
+    faulthandler (built in), for the crash stacks."""
+    code = """if 1:
+    import sys
+    if sys.argv[1] == "on":
+        import mpcompat
+    import multiprocessing.resource_tracker, multiprocessing.popen_fork
+    assert ("mpcompat.patching.manager" in sys.modules) == (sys.argv[1] == "on")
+    print(" ".join(sorted(m for m in sys.modules if "mpcompat" not in m)))
+    """
+    loaded = {}
+    for mode in ("on", "off"):
+        proc = run_python(code, mode)
+        assert proc.returncode == 0, proc.stderr
+        loaded[mode] = set(proc.stdout.split())
+    assert loaded["on"] - loaded["off"] == {"faulthandler"}
+
+
 def test_heavy_module_check_can_fail():
     """The check above sees a heavy module when one is loaded."""
     proc = run_python("import sys, asyncio, mpcompat; print('asyncio' in sys.modules)")
