@@ -28,7 +28,7 @@ from mpcompat.patching.spec import Skip
 from mpcompat.patching.patcher import Patcher
 from mpcompat.child_failures import channel
 from mpcompat.workers import pool_channels, pool_task
-from mpcompat.workers.user_frames import (format_trimmed, innermost_user_frame,
+from mpcompat.workers.user_frames import (explained, format_trimmed, innermost_user_frame,
                                           without_own_frames)
 
 __all__ = ["GRACE", "MIN_FAILURES", "apply", "revert"]
@@ -310,6 +310,7 @@ def _broken(failures, seconds):
     def error():
         exc = errors.BrokenPool(message, pids, codes)
         notes.add_note(exc, note)
+        explained(exc)  # raised by _check_running, its note tells all: no frame of ours shown
         return exc
     return error
 

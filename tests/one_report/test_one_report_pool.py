@@ -52,6 +52,21 @@ if __name__ == "__main__":
         print("SECONDS %.2f %s" % (time.time() - start, type(exc).__name__))
 '''
 
+# A broken Pool refuses a new task: mpcompat's check raises the BrokenPool, uncaught.
+REFUSED = GUARDED_INITIALIZER.replace('''    start = time.time()
+    try:
+        with mp.get_context(sys.argv[1]).Pool(2, initializer=setup) as pool:
+            pool.map(square, range(8))
+    except Exception as exc:
+        print("SECONDS %.2f %s" % (time.time() - start, type(exc).__name__))
+''', '''    pool = mp.get_context(sys.argv[1]).Pool(2, initializer=setup)
+    try:
+        pool.map(square, range(8))
+    except Exception as exc:
+        print("MAP", type(exc).__name__)
+    pool.apply_async(square, (1,))
+''')
+
 # Python 3.14's forkserver imports the main module when it starts, and dies of the missing
 # guard itself (tests/pool_workers/test_pool_failfast.py); 3.15 ignores that error.
 FORKSERVER_DIES_OF_MAIN = sys.version_info[:2] == (3, 14)
@@ -106,6 +121,19 @@ def test_initializer_defined_under_the_guard_breaks_the_pool_at_once(method, tmp
     assert code == 0 and len(seconds) == 1 and seconds[0][2] == "BrokenPool", text
     assert float(seconds[0][1]) < 3.0, text  # less than the grace period (3 s)
     assert text.count("Traceback (most recent call last)") == 0, text
+    assert own_lines(lines) == [], text
+
+
+def test_a_broken_pool_refusing_a_task_names_no_frame_of_mpcompat(tmp_path):
+    """The BrokenPool raised as a broken Pool refuses a task (``apply_async``, ``map``,
+    ``with pool``) comes from mpcompat's check: its traceback, printed uncaught, keeps the
+    user's line and none of mpcompat's (before Python 3.11, the excepthook leaves them out)."""
+    code, lines = run_user_script(tmp_path, REFUSED, "spawn", timeout=120)
+    text = "\n".join(lines)
+    assert code == 1 and "MAP BrokenPool" in lines, text
+    assert "mpcompat.errors.BrokenPool: a worker process of this Pool failed while starting" \
+        in text, text
+    assert 'script.py", line 14, in <module>' in text, text
     assert own_lines(lines) == [], text
 
 
