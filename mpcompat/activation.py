@@ -7,13 +7,14 @@ import os
 import sys
 from _thread import RLock
 
+def process_lock(locks):
+    """This process's lock in ``locks`` (a dict, pid -> RLock), made on first use (an atomic
+    ``setdefault``): a forked child never waits for one a thread of its parent held at the fork.
+    Each ``Patcher`` and ``ExceptHooks`` uses it too."""
+    return locks.get(os.getpid()) or locks.setdefault(os.getpid(), RLock())
+
+
 _locks = {}  # pid -> activation's lock in that process
-
-
-def _lock():
-    """This process's lock, made on first use (atomic ``setdefault``): a forked child never
-    waits for the one a thread of its parent may have held at the fork."""
-    return _locks.get(os.getpid()) or _locks.setdefault(os.getpid(), RLock())
 
 
 _state = {"active": False, "how": "not activated yet", "conflicts": []}
@@ -92,7 +93,7 @@ def _activate(patches, disabled_patches, how):
         disabled = _parse_names(disabled_patches, "disabled_patches", known)
         disabled_by = "disabled by activate(disabled_patches=...)"
     live = {t for spec in rows if not spec.env_off() for t in spec.targets}
-    with _lock():
+    with process_lock(_locks):
         _config["arm"] = (rows, frozenset(requested - disabled),
                           disabled_by if disabled else None)
         _state.update(active=True, how=how)
@@ -126,7 +127,7 @@ def ensure_armed():
     """Arm the patches if mpcompat is active and not armed yet; return the patch manager."""
     from mpcompat.patching import manager
     if _config["arm"] is not None:
-        with _lock():  # bookkeeping only: nothing is imported or applied while it is held
+        with process_lock(_locks):  # bookkeeping only: nothing imported or applied under it
             if _config["arm"] is not None:
                 _arm(manager)  # nothing is applied yet: nothing to undo
     return manager
@@ -175,7 +176,7 @@ def _warn_failure(what, exc):
 def deactivate():
     """Undo :func:`activate`: revert every patch and remove the built-in reducers."""
     from mpcompat.patching import importhook
-    with _lock():
+    with process_lock(_locks):
         for target in _config["watched"]:
             importhook.unwatch(target, _on_target)
         importhook.unwatch("copyreg", _on_copyreg)

@@ -419,14 +419,16 @@ def _hooks(original, module):
         fork = self._ctx.get_start_method() == "fork"
         dispatcher.gated = _gated(fork, self._initializer)
         short = _descriptors_short(self._processes)
-        if fork or short:
+        early = fork or short
+        if early:
             _parent_side()
         if short:
             _leave_to_stdlib(self, dispatcher, short)
         try:
             return original["_repopulate_pool"](self)
         finally:
-            _parent_side()
+            if not early:
+                _parent_side()
 
     def _repopulate_pool_static(ctx, Process, processes, pool, inqueue, outqueue, initializer,
                                 initargs, maxtasksperchild, wrap_exception):

@@ -2,17 +2,11 @@
 or a registry's item, remember the original, put it back only where ours is still in place.
 Threads may apply and revert one patch at once: each change is made under the patcher's lock.
 """
-import os
 import sys
-from _thread import RLock
+
+from mpcompat.activation import process_lock
 
 _ABSENT = object()
-
-
-def _own(locks):
-    """This process's lock in ``locks`` (pid -> RLock), made on first use (atomic
-    ``setdefault``): a forked child never waits for one a thread of its parent held at the fork."""
-    return locks.get(os.getpid()) or locks.setdefault(os.getpid(), RLock())
 
 
 class Patcher(object):
@@ -44,7 +38,7 @@ class Patcher(object):
 
     def original(self, owner, name):
         """What ``owner.name`` was before this patcher replaced it (what it is, otherwise)."""
-        with _own(self._locks):
+        with process_lock(self._locks):
             value = self._original(owner, name, False)
         if value is not _ABSENT:
             return value
@@ -57,7 +51,7 @@ class Patcher(object):
         """Put back the originals replaced for ``module`` (all when None) where ours is still
         in place: what somebody set after us stays theirs."""
         name = getattr(module, "__name__", module)
-        with _own(self._locks):
+        with process_lock(self._locks):
             for key, (owner, attr, item, original, new, target) in list(self._records.items()):
                 if name is None or target == name:
                     del self._records[key]
@@ -66,12 +60,12 @@ class Patcher(object):
 
     def applied(self):
         """The ``(owner, name)`` pairs that hold a replacement of ours right now."""
-        with _own(self._locks):
+        with process_lock(self._locks):
             return [(owner, name) for owner, name, item, _, new, _ in self._records.values()
                     if _get(owner, name, item) is new]
 
     def _replace(self, owner, name, item, new, target):
-        with _own(self._locks):
+        with process_lock(self._locks):
             original = self._original(owner, name, item)
             _put(owner, name, item, new)
             self._records[(id(owner), name, item)] = [owner, name, item, original, new, target]
@@ -119,7 +113,7 @@ class ExceptHooks(object):
 
     def install(self, make):
         """Make ``sys.excepthook`` ``make(sys.excepthook)`` unless one of ours is active."""
-        with _own(self._locks):
+        with process_lock(self._locks):
             if not self.active():
                 self.installed.append(make(sys.excepthook))
                 sys.excepthook = self.installed[-1]
@@ -127,7 +121,7 @@ class ExceptHooks(object):
     def remove(self):
         """Turn ours off; take out those still in place (one chained after ours stays: it
         calls ours, which passes everything on)."""
-        with _own(self._locks):
+        with process_lock(self._locks):
             for hook in self.installed[::-1]:
                 hook.active = False
                 if sys.excepthook is hook:

@@ -16,8 +16,8 @@ _locks = {}  # pid -> the registry's lock in that process
 
 
 def _lock():
-    """This process's lock, made on first use (atomic ``setdefault``): a forked child never
-    waits for the one a thread of its parent may have held at the fork."""
+    """This process's lock: ``activation.process_lock``'s one line, here since activation
+    imports this module (a forked child never waits for a lock its parent's thread held)."""
     return _locks.get(os.getpid()) or _locks.setdefault(os.getpid(), RLock())
 
 

@@ -73,11 +73,13 @@ warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads (3.12
 import mpcompat
 from mpcompat import activation
 from mpcompat.pickling import registry
-from mpcompat.patching.patcher import ExceptHooks, Patcher, _own
+from mpcompat.activation import process_lock
+from mpcompat.patching.patcher import ExceptHooks, Patcher
 patcher, hooks = Patcher(), ExceptHooks()
 held, done = threading.Event(), threading.Event()
 def hold():
-    with activation._lock(), registry._lock(), _own(patcher._locks), _own(hooks._locks):
+    with process_lock(activation._locks), registry._lock(), \
+            process_lock(patcher._locks), process_lock(hooks._locks):
         held.set()
         done.wait()
 threading.Thread(target=hold, daemon=True).start()
