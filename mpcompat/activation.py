@@ -61,11 +61,12 @@ def _parse_names(value, what, known, strict=True):
             hints.append("did you mean %s%s?" % (
                 by_norm[close[0]], " (for %r)" % name if len(unknown) > 1 else ""))
     hints = " (%s)" % "; ".join(hints) if hints else ""
-    message = "%s: unknown patch name(s) %s" % (what, ", ".join(map(repr, unknown)))
+    message = "%s: unknown patch name%s %s" % (what, "s" if len(unknown) > 1 else "",
+                                               ", ".join(map(repr, unknown)))
     if strict:
         raise ValueError("%s; known: %s%s" % (message, ", ".join(sorted(known)), hints))
     from mpcompat.errors import warn  # a typo in the variable must not turn mpcompat off
-    warn("%s ignored%s; known: %s" % (message, hints, ", ".join(known)))
+    warn("%s ignored%s; `mpcompat status` lists the patches" % (message, hints))
     return names
 
 

@@ -40,9 +40,10 @@ class WorkerLostError(RuntimeError):
         self.pid, self.exitcode = pid, exitcode
 
 
-def warn(message, key=None):
-    """One ``MpcompatWarning`` per process tree and ``key`` (default: the message). Never
-    raises: made an error (``python -W error``, a raising ``showwarning``), it goes to stderr."""
+def warn(message, key=None, at=None):
+    """One ``MpcompatWarning`` per process tree and ``key`` (default: the message), attributed
+    to ``at`` (``(filename, line)``), else to the user's frame on the stack. Never raises: made
+    an error (``python -W error``, a raising ``showwarning``), it goes to stderr."""
     try:
         from binascii import crc32
         tag = "%08x" % (crc32((key or message).encode("utf-8", "replace")) & 0xFFFFFFFF)
@@ -51,8 +52,8 @@ def warn(message, key=None):
             return
         os.environ[WARNED_VAR] = "%s,%s" % (said, tag) if said else tag
         import warnings
-        warnings.warn_explicit(MpcompatWarning("mpcompat: " + message), MpcompatWarning,
-                               *_user_frame())
+        where = _user_frame() if at is None else (at[0], at[1], "mpcompat", {})
+        warnings.warn_explicit(MpcompatWarning("mpcompat: " + message), MpcompatWarning, *where)
     except Exception as exc:
         line = ("%s: %s" % (type(exc).__name__, exc) if isinstance(exc, Warning)
                 else "MpcompatWarning: mpcompat: %s" % message)

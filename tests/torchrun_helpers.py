@@ -4,6 +4,7 @@ timeout that kills the whole process tree."""
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -66,6 +67,33 @@ def summary(proc):
     starts = [i for i in (proc.stderr.find("Failures:"), proc.stderr.find("Root Cause"))
               if i >= 0]
     return proc.stderr[min(starts):] if starts else ""
+
+
+def failure_blocks(proc):
+    """``{rank: the lines the summary shows as its error}`` (torch 2: from "traceback :", torch
+    1.9: from "msg:"; trailing blank lines left out) and the rank of the root cause."""
+    blocks, root, rank, lines, section = {}, None, None, None, None
+    for line in summary(proc).splitlines() + ["="]:
+        if re.match(r"\[\d+\]:$", line) or re.match(r"[-=*]+$", line):
+            if rank is not None:
+                while lines and not lines[-1].strip():
+                    lines.pop()
+                blocks[rank] = lines
+                if section == "root":
+                    root = rank
+            rank, lines = None, None
+        if line.startswith("Root Cause"):
+            section = "root"
+        elif line.startswith(("Failures:", "Other Failures:")):
+            section = "other"
+        found = re.match(r"\s+rank\s*: (\d+) \(local_rank", line)
+        if found:
+            rank = int(found.group(1))
+        elif rank is not None and lines is None and re.match(r"\s+(traceback :|msg:)", line):
+            lines = [line]
+        elif lines is not None:
+            lines.append(line)
+    return blocks, root
 
 
 def error_files(tmp_path):

@@ -17,7 +17,6 @@ here, or with the ``failure_records`` patch (:mod:`mpcompat.child_failures.exits
 spawn child starting up, which needs none of it: :func:`spawn_child_starting`), never in them (a
 fork child made meanwhile would inherit the held import lock). Nothing runs at import.
 """
-import atexit
 import collections
 import os
 import socket
@@ -28,6 +27,13 @@ import time
 
 PREFIX = "mpcompat: "
 KEY = "mpcompat_failure_channel"  # in the preparation data of spawn and forkserver children
+NAMED = "mpcompat_failure_named"  # there too: whether the parent names the child's start-up error
+# BY_OWNER: the error the owner's wait raises names it (a Pool's, an executor's, a DataLoader's,
+# torch.multiprocessing.spawn's), or, for a plain Process, the parent's warning (at join(), as
+# is_alive() sees it ended, at the latest as the parent exits): the child prints nothing.
+# Absent: nobody would (the owner's patch is off or not applied): the child sends no record, and
+# prints the cause on one line (BY_NOBODY).
+BY_OWNER, BY_NOBODY = "owner", "nobody"
 _MAX_ERROR = 2000         # characters kept of the error line
 _MAX_NOTE = 8000          # characters kept of each note
 _MAX_RECORD = 200000      # bytes of a record
@@ -57,6 +63,15 @@ class FailureRecord(object):
         spans fifteen indented lines)."""
         return " ".join(self.error.strip().split("\n\n", 1)[0].split())
 
+    def cause(self):
+        """The first sentence of mpcompat's first note (the cause and the fix, where mpcompat
+        knows them), or None."""
+        if not self.notes:
+            return None
+        text = self.notes[0]
+        text = text[len(PREFIX):] if text.startswith(PREFIX) else text
+        return text.strip().split("\n", 1)[0].split(". ", 1)[0].rstrip(".:") or None
+
 
 class _Channel(object):
     """This process's listening socket (``address``: "<owner pid>:<socket address>"), the
@@ -65,7 +80,7 @@ class _Channel(object):
     (``pending``: connection -> [sender's pid, bytes so far]), the starts under way (``starts``:
     the times they began);
     ``lock``: held by the thread that reads; ``parent``: the channel a fork child inherited;
-    ``told``: (pid, address) a spawn or forkserver child got."""
+    ``told``: (pid, address, who names its error) a spawn or forkserver child got."""
     owner = sock = address = directory = parent = told = lock = None
 
     def __init__(self):
@@ -119,7 +134,11 @@ def _open():
     for conn in inherited:
         if conn is not None:
             conn.close()
-    atexit.register(_close, os.getpid())
+    # After multiprocessing has joined (or terminated) the children at exit, not before: a child
+    # that fails meanwhile still reaches the channel, and the records left untaken can be named
+    # (finalizers of higher priority run first: mp_failure_records').
+    from multiprocessing import util
+    util.Finalize(None, _close, args=(os.getpid(),), exitpriority=CLOSE_PRIORITY)
     _channel.address = "%d:%s" % (os.getpid(), address.replace("\0", "@", 1))
 
 
@@ -130,10 +149,20 @@ def address():
 
 def heard_from_parent(data):
     """In a spawn or forkserver child: ``data``, the preparation data its parent sent, may name
-    the parent's channel (see :func:`address`)."""
+    the parent's channel (see :func:`address`), and who names this child's start-up error
+    (``NAMED``)."""
     value = data.get(KEY) if isinstance(data, dict) else None
     if isinstance(value, str) and value:
-        _channel.told = (os.getpid(), value)
+        _channel.told = (os.getpid(), value, data.get(NAMED))
+
+
+def named_by():
+    """In a spawn or forkserver child: who names its start-up error, as its parent said:
+    ``BY_OWNER`` or ``BY_NOBODY``; None without a parent's channel."""
+    told = _channel.told
+    if told is None or told[0] != os.getpid():
+        return None
+    return BY_OWNER if told[2] == BY_OWNER else BY_NOBODY
 
 
 def _parent_address():
@@ -147,8 +176,11 @@ def _parent_address():
     return _channel.parent
 
 
+CLOSE_PRIORITY = -100  # of the finalizer that closes the channel as the process exits
+
+
 def _close(owner):
-    if _channel.owner == owner == os.getpid():
+    if _channel.owner == owner == os.getpid() and _channel.sock is not None:
         _channel.sock.close()
         _remove_directory(_channel.directory)
 
@@ -249,6 +281,28 @@ def take(pid):
         return _channel.records.pop(pid, None)
     except Exception:
         return None
+
+
+def peek(pid):
+    """In a parent: the record of child ``pid``, left for :func:`take`, or None. Never
+    raises."""
+    try:
+        pid = int(pid)
+        _read()
+        return _channel.records.get(pid)
+    except Exception:
+        return None
+
+
+def untaken():
+    """In a parent: return and forget every record nobody took (:class:`FailureRecord`, in
+    arrival order). Never raises."""
+    try:
+        _read()
+        records, _channel.records = list(_channel.records.values()), {}
+        return records
+    except Exception:
+        return []
 
 
 def forget(pid):

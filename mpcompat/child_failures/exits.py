@@ -90,6 +90,12 @@ def _crash_lines(name, pid, shm):
 
 
 def _exit_code_line(code, record, pid):
+    if record is None and pid is not None:
+        # The caller may name the record apart (a DataLoader's note): a worker that recorded
+        # its error printed no traceback, or one line at most. (Not imported: the channel
+        # imports this module; without it loaded, no child can have recorded anything.)
+        channel = sys.modules.get("mpcompat.child_failures.channel")
+        record = channel.peek(pid) if channel is not None else None
     error = record.error if record is not None else ""
     if error.split(":", 1)[0] == "SystemExit":
         return "Exit code %d: the worker raised SystemExit itself (sys.exit())." % code

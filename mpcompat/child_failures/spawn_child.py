@@ -1,7 +1,10 @@
 """A spawn or forkserver child starting up (``spawn._main``): the step it is at, and, when a
 step fails, the cause noted (main guard, a missing attribute), the record sent to the parent
-(:mod:`mpcompat.child_failures.channel`), and one line printed instead of the traceback once the
-parent has the record (it names the cause once, for all its children that failed alike).
+(:mod:`mpcompat.child_failures.channel`) when the parent said it names it, and what the child
+prints instead of its traceback: nothing once the parent has the record (the error a worker's
+owner raises names it, once for all its workers that failed alike; a plain Process's parent
+warns as it sees it end, at the latest as it exits), one line where nobody else would (its
+owner's patch off or not applied: no record is sent).
 
 The patches ``multiprocessing.failure_records`` (:func:`staged` steps) and
 ``multiprocessing.bootstrap_notes`` (:func:`hooked` failures) wrap ``multiprocessing.spawn``
@@ -73,8 +76,8 @@ def joined_late(module):
 
 def hooked(original, errors, on_error):
     """``original``, calling ``on_error(exc)`` for an error of type ``errors`` it raises; when
-    that returns a line, the line is printed instead of the traceback, and the process exits
-    with code 1."""
+    that returns a string, it is printed instead of the traceback (nothing for ""), and the
+    process exits with code 1; None: the error goes on."""
     @functools.wraps(original)
     def hooked(*args, **kwargs):
         try:
@@ -85,7 +88,7 @@ def hooked(original, errors, on_error):
                 line = on_error(exc)
             except Exception:
                 pass
-            if not line:
+            if line is None:
                 raise
         _print(line)
         raise SystemExit(1)  # spawn_main exits with it; a forkserver child exits 1 in any case
@@ -93,6 +96,8 @@ def hooked(original, errors, on_error):
 
 
 def _print(line):
+    if not line:
+        return
     try:
         sys.stderr.write(line)
         sys.stderr.flush()
@@ -127,18 +132,25 @@ def _in_forkserver_start():
 
 
 def start_failed(exc):
-    """``exc`` is killing this child while ``spawn._main`` starts it: note what is known, and
-    record it for the parent (``mpcompat.child_failures.channel``). Returns the one line to
-    print instead of the traceback when the parent got the record (it reports the cause once,
-    for all its children that failed alike), else None. Never raises."""
+    """``exc`` is killing this child while ``spawn._main`` starts it: note what is known, and,
+    when its parent said it names it (``channel.named_by``), record it for the parent
+    (``mpcompat.child_failures.channel``). Returns what to print instead of the traceback: ""
+    once the parent got the record (it names the cause once); one line where the parent names
+    nothing (a worker whose owner's patch is off: no record is sent); None without a parent's
+    channel, or when the record could not be sent (the traceback, with the full notes, is the
+    only report). Never raises."""
     try:
         if exc.__dict__.get(_DONE):
             return None
         exc.__dict__[_DONE] = True
-        from mpcompat.diagnose.notes import note_missing_attribute, told_parent
+        from mpcompat.diagnose.notes import note_missing_attribute, start_failure_line
         note_missing_attribute(exc)
-        parent = channel.record(exc, what=step())
-        return None if parent is None else told_parent(exc, parent)
+        named = channel.named_by()
+        if named == channel.BY_NOBODY:
+            return start_failure_line(exc)  # the only report: its parent names nothing
+        if named is None or channel.record(exc, what=step()) is None:
+            return None
+        return ""
     except Exception:
         return None
 
@@ -155,6 +167,6 @@ class ExceptHook(object):
                 sys.modules["multiprocessing.process"]._parent_process is None:
             # before Process._bootstrap, which reports what it runs itself
             line = start_failed(value)
-            if line:
+            if line is not None:
                 return _print(line)
         return (self.previous or sys.__excepthook__)(etype, value, tb)

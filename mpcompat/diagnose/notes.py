@@ -50,11 +50,17 @@ def add_note(exc, text):
     if not isinstance(notes, list):
         notes = exc.__notes__ = []
     notes.append(text)
+    # Judged by what str() does, not by who defines __str__ (3.10's AttributeError does, and
+    # still shows its one argument as it is).
     args = exc.args
-    plain_str = all(klass is BaseException or "__str__" not in klass.__dict__
-                    for klass in type(exc).__mro__[:type(exc).__mro__.index(BaseException)])
-    if plain_str and len(args) <= 1 and (not args or isinstance(args[0], str)):
-        exc.args = ((args[0] + "\n" if args else "") + text,)
+    try:
+        if len(args) <= 1 and (not args or isinstance(args[0], str)) and \
+                str(exc) == (args[0] if args else ""):
+            exc.args = ((args[0] + "\n" if args else "") + text,)
+            if str(exc) != exc.args[0]:
+                exc.args = args
+    except Exception:
+        exc.args = args
 
 
 def own_message(exc):
@@ -84,12 +90,12 @@ def one_line(exc):
     return line
 
 
-def told_parent(exc, parent, where=None):
-    """The one line a child whose parent (pid ``parent``) has its start-up error ``exc`` prints
-    instead of a traceback (``where``: the line that raised, if any)."""
+def start_failure_line(exc, where=None):
+    """The one line a child whose start-up error ``exc`` nobody else reports prints instead of
+    a traceback: the error and its cause (``where``: the line that raised, if any)."""
     at = " at %s" % where if where else ""
-    return "%sthis process (pid %d) failed while starting: %s%s; its parent process (pid %d) " \
-           "reports it once\n" % (PREFIX, os.getpid(), one_line(exc), at, parent)
+    return "%sthis process (pid %d) failed while starting: %s%s\n" % (
+        PREFIX, os.getpid(), one_line(exc), at)
 
 
 # CPython's texts of the start-up errors that starting another worker cannot fix.
@@ -224,6 +230,10 @@ def _describe_process(process):
             kind = "%s %s" % (kind, bound["i"])
         if "worker_id" in bound:
             kind = "%s %s" % (kind, bound["worker_id"])
+        holder = bound.get("dataset_holder")  # torch 2.14 passes [dataset]
+        if isinstance(holder, list) and len(holder) == 1:
+            bound = dict(("dataset", holder[0]) if p == "dataset_holder" else (p, v)
+                         for p, v in bound.items())
         parts += [(renames.get(p, p), v) for p, v in bound.items() if p not in _PLUMBING]
     else:
         parts += _call_parts("target", target, args, kwargs)
@@ -366,10 +376,11 @@ def _bootstrap_note():
         inner = main_frames[0]
         lines.append("    (the process is started in %s(), line %d)" % (
             inner.f_code.co_name, inner.f_lineno))
+    # The fix is said once, above; here it is shown.
     lines += [""] + textwrap.wrap(
         "Under spawn and forkserver, every child process imports the main module again (as "
         "__mp_main__), so code at module level runs again in each child, and this line tries "
-        "to start yet another process there. Put the code that starts processes under a main "
-        "guard in %s:" % os.path.basename(filename), 92)
+        "to start yet another process there. Guarded, %s reads:" % os.path.basename(filename),
+        92)
     lines += ["", '    if __name__ == "__main__":', "        " + source]
     return "\n".join(lines)

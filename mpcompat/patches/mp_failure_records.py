@@ -12,15 +12,28 @@ to its parent (``mpcompat.child_failures.channel``), and the parent's word on a 
   at a file its parent reads when the child crashes (``mpcompat.child_failures.crash_stacks``); the
   start names the crash file's path in the child; ``join`` and ``is_alive`` (a terminated
   Pool's workers are not all joined) remove a file no crash wrote.
-- ``BaseProcess.join``: a plain ``Process`` (not a worker whose owner names the cause) that
-  exits non-zero after recording why is named once per cause, as an ``MpcompatWarning``.
+- ``BaseProcess.start`` also tells a spawn or forkserver child who names its start-up error
+  (``channel.NAMED``, in its preparation data): the owner of a worker whose patch names it in
+  the error its wait raises, or the parent of a plain ``Process`` (the child prints nothing);
+  nobody for a worker whose owner's patch is off or not applied (the child sends no record,
+  and its one line says all).
+- ``BaseProcess.join``, and ``is_alive`` once it sees the end: a plain ``Process`` (not a worker
+  whose owner names the cause) that exits non-zero after recording why is named once per cause,
+  as an ``MpcompatWarning``; as the process exits (after multiprocessing has joined its
+  children), so is every record still untaken (a ``Process`` nobody joined), at the line that
+  started it.
 - ``forkserver.connect_to_new_process``: a forkserver that died says so (``exits.forkserver_died``);
   ``forkserver.main`` loads once the patches its children would each load (:func:`_preload`).
 
 Plain functions, not wrapt: the standard-library patches do not import it.
 """
+import collections
 import functools
+import os
 import signal
+import sys
+import threading
+import types
 
 from mpcompat.child_failures import channel, crash_stacks, spawn_child  # here: Pool helper
 from mpcompat.patching.patcher import Patcher  # threads start
@@ -31,6 +44,22 @@ patcher = Patcher()
 _OWNED = ("multiprocessing.pool", "concurrent.futures.process", "torch.")
 _OWNED_MARK = "_mpcompat_owner_names_failures"
 _ENDED_MARK = "_mpcompat_ended"
+_NAMED_MARK = "_mpcompat_named"  # a plain Process whose end was looked into
+# Worker targets, and the patch whose error (the one its owner's wait raises) names a worker
+# that failed while starting: while it is applied, such a worker prints nothing.
+_NAMED_BY = {
+    ("multiprocessing.pool", "worker"): "mpcompat.patches.mp_pool_workers",
+    ("concurrent.futures.process", "_process_worker"): "mpcompat.patches.futures_process_workers",
+    ("torch.utils.data._utils.worker", "_worker_loop"):
+        "mpcompat.patches.torch_dataloader_workers",
+    ("torch.multiprocessing.spawn", "_wrap"): "mpcompat.patches.torch_spawn_errors",
+}
+_starting = threading.local()  # named: who names the start-up error of the child it starts
+# pid -> name of each plain Process started and not seen ended yet (join, is_alive)
+_plain = collections.OrderedDict()  # (and where: the file and line that called start())
+_MAX_PLAIN = 100000
+_REPORT_PRIORITY = channel.CLOSE_PRIORITY + 1  # at exit: after the children, before the close
+_reporting = {}  # pid -> the finalizer that names the untaken records as this process exits
 
 
 # Exit codes of native crashes (SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL): never the parent's
@@ -43,18 +72,51 @@ def _start(original):
     @functools.wraps(original)
     def start(self):
         channel.listen()
+        _report_at_exit()
         # Read before: start() deletes the target (bpo-30775).
-        module = getattr(getattr(self, "_target", None), "__module__", None) or ""
+        target = getattr(self, "_target", None)
+        module = getattr(target, "__module__", None) or ""
         owned = module.startswith(_OWNED)
+        named = _named_by(target, getattr(self, "_args", ()), owned)
         since = channel.starting()
         crash_stacks.prepare(self)
+        _starting.named = named
         try:
             original(self)
         finally:
+            _starting.named = None
             channel.started(self.pid, since)
         if owned:
             self.__dict__[_OWNED_MARK] = True
+        elif self.pid is not None:
+            caller = sys._getframe(1)
+            while caller.f_back is not None and \
+                    caller.f_globals.get("__name__", "").startswith("mpcompat."):
+                caller = caller.f_back
+            _plain[self.pid] = (self.name, caller.f_code.co_filename, caller.f_lineno)
+            if len(_plain) > _MAX_PLAIN:
+                _plain.popitem(last=False)
     return without_own_frames(start)
+
+
+def _named_by(target, args, owned):
+    """Who names the start-up error of a child with ``target`` (``channel.NAMED``): the owner
+    of a known worker whose patch is applied (a Pool's worker only with its channel: a Pool that
+    runs as the standard library's names nothing), the parent for a plain Process, else
+    nobody (None: not sent)."""
+    if not owned:
+        return channel.BY_OWNER  # the parent warns
+    key = (getattr(target, "__module__", None), getattr(target, "__qualname__", None))
+    patch = sys.modules.get(_NAMED_BY.get(key, ""))
+    try:
+        if patch is None or not patch.patcher.applied():
+            return None
+    except Exception:
+        return None
+    if key[0] == "multiprocessing.pool" and not (
+            args and type(args[0]) is types.SimpleNamespace and hasattr(args[0], "conn")):
+        return None
+    return channel.BY_OWNER
 
 
 def _join(original):
@@ -62,19 +124,72 @@ def _join(original):
     def join(self, timeout=None):
         original(self, timeout)
         _ended(self)
-        if self.exitcode and not self.__dict__.get(_OWNED_MARK):
-            try:  # warn, once per cause, with what the child recorded
-                record = channel.take(self.pid)
-                if record is not None:
-                    from mpcompat.errors import warn
-                    note = channel.describe_records([record], "Process %r" % self.name)
-                    warn(note[len(channel.PREFIX):],
-                         key=repr(record.alike()))
-                else:
-                    _died_unheard(self)
-            except Exception:
-                pass
+        if self.exitcode is not None:
+            _name_end(self)
     return without_own_frames(join)
+
+
+def _name_end(process, measured=True):
+    """``process`` has ended (join; is_alive, ``measured`` False): a plain Process that exited
+    non-zero is named, once, with what it recorded (a warning per cause), or, at join, what was
+    measured (is_alive leaves a crash to join, which reads its stack)."""
+    state = process.__dict__
+    if state.get(_OWNED_MARK) or state.get(_NAMED_MARK) is True or \
+            (not measured and state.get(_NAMED_MARK) == "looked"):
+        return
+    try:
+        record = channel.take(process.pid) if process.exitcode else None
+        if record is not None:  # warn, once per cause, with what the child recorded
+            _warn_record(record, "Process %r" % process.name, at=_exit_join_at(process))
+        elif process.exitcode and not measured:
+            state[_NAMED_MARK] = "looked"  # is_alive looks once; join measures
+            return
+        elif process.exitcode:
+            _died_unheard(process)
+    except Exception:
+        pass
+    state[_NAMED_MARK] = True
+    _plain.pop(process.pid, None)
+
+
+def _exit_join_at(process):
+    """The line that started ``process`` when multiprocessing itself joins it as this process
+    exits (no line of the user's is on the stack then), else None: the user's frame."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("mpcompat."):
+        frame = frame.f_back
+    started = _plain.get(process.pid)
+    at_exit = frame is not None and frame.f_globals.get("__name__") == "multiprocessing.util"
+    return started[1:] if started is not None and at_exit else None
+
+
+def _warn_record(record, what, at=None):
+    from mpcompat.errors import warn
+    note = channel.describe_records([record], what)
+    warn(note[len(channel.PREFIX):], key=repr(record.alike()), at=at)
+
+
+def _report_at_exit():
+    """Once per process: as it exits, after multiprocessing has joined or terminated its
+    children, name the records of plain Processes nobody took (never joined, nor seen ended;
+    a worker's are its owner's to name)."""
+    pid = os.getpid()
+    if pid not in _reporting:
+        try:
+            from multiprocessing import util  # the first start: in the user's thread
+            _reporting[pid] = util.Finalize(None, _name_untaken, exitpriority=_REPORT_PRIORITY)
+        except Exception:
+            pass
+
+
+def _name_untaken():
+    try:
+        for record in channel.untaken():
+            started = _plain.pop(record.pid, None)
+            if started is not None:
+                _warn_record(record, "Process %r" % started[0], at=started[1:])
+    except Exception:
+        pass
 
 
 def _died_unheard(process):
@@ -97,6 +212,7 @@ def _is_alive(original):
         alive = original(self)
         if not alive:
             _ended(self)  # a Pool's terminate() joins only the workers still alive
+            _name_end(self, measured=False)  # a plain Process polled, maybe never joined
         return alive
     return is_alive
 
@@ -127,6 +243,9 @@ def _get_preparation_data(original):
         address = channel.address()
         if address is not None and isinstance(data, dict):
             data[channel.KEY] = address  # prepare() ignores keys it does not know
+            named = getattr(_starting, "named", None)  # set by start(), in this thread
+            if named is not None:
+                data[channel.NAMED] = named
         return data
     return without_own_frames(get_preparation_data)
 

@@ -21,7 +21,7 @@ import pickle
 import sys
 import time
 import types
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import ForkingPickler
 
 from mpcompat.patching.spec import Skip
@@ -35,6 +35,8 @@ __all__ = ["GRACE", "MIN_FAILURES", "apply", "revert"]
 
 GRACE = 3.0       # seconds of nothing but start-up failures before a pool breaks
 MIN_FAILURES = 3  # and at least max(MIN_FAILURES, processes) of them in a row
+_KEPT_ERRORS = 1000  # BrokenPool errors of a pool kept to learn whether one was raised
+DOOMED_WAIT = 1.0  # seconds a pool broken at once lets its last workers fail by themselves
 TASK_STAGE, WAITING = "running a task", "waiting for a task"
 FDS_PER_WORKER = 3  # the standard library's two (a Process's sentinel and pipe end), a channel
 # What the patch replaces on Pool, and how Pool binds it (None: a plain method).
@@ -243,19 +245,23 @@ def _reaped(dispatcher, starts, process, processes):
     dispatcher.resolve(w, None if starting else functools.partial(_lost, process, record,
                                                                    w.ready))
     starts.count(dispatcher, process, record, starting)
-    if starting and not (record and notes.cannot_pass(record)):
+    at_once = starting and record is not None and notes.cannot_pass(record)
+    if starting and not at_once:
         _say_start_failure(starts, process, record)
     if dispatcher.broken is None and _should_break(starts, processes, dispatcher):
-        dispatcher.break_(_broken(starts.failures, time.monotonic() - starts.since[0]))
+        error = _broken(starts.failures, time.monotonic() - starts.since[0])
+        if at_once:
+            error.untold, error.at_once = _untold_line(process, record), True
+        dispatcher.break_(error)
         starts.failures = []
 
 
 def _say_start_failure(starts, process, record):
     """A start-up failure on one line of the parent's stderr as it happens, unless the last one
     told failed alike: a Pool nobody waits on never fails in silence, and workers that fail
-    alike print nothing. (A bootstrap error every worker would fail with is printed by its
-    workers, and breaks the Pool at once.) ``os.write``: no lock taken in the worker handler
-    (the fork rule)."""
+    alike print nothing. (A start-up error every worker would fail with breaks the Pool at
+    once: the BrokenPool its waits raise names it, or, if none did, one line as the Pool ends:
+    :func:`_say_untold`.) ``os.write``: no lock taken in the worker handler (the fork rule)."""
     if record is not None:
         cause = "failed while starting: %s%s" % (
             record.headline(), " (while %s)" % record.what if record.what else "")
@@ -270,6 +276,56 @@ def _say_start_failure(starts, process, record):
         os.write(2, line.encode("utf-8", "backslashreplace"))
     except OSError:
         pass
+
+
+def _untold_line(process, record):
+    """The line that names the error of a Pool broken at once (:func:`_say_untold`)."""
+    cause = record.cause()
+    cause = " (%s)" % cause if cause else (" (while %s)" % record.what if record.what else "")
+    return "%sPool worker process %d failed while starting: %s%s; the Pool broke at once (no " \
+        "new worker could start), and nothing raised its BrokenPool\n" % (
+            notes.PREFIX, process.pid, record.headline(), cause)
+
+
+def _say_untold(dispatcher):
+    """The Pool ends (terminated, left, collected, or at exit): if it broke at once on an error
+    every new worker would fail with and nothing raised its BrokenPool (nobody waited on it),
+    say that error on one line, so that it never fails in silence; its workers printed
+    nothing. ``os.write``: this may run in any thread (a finalizer)."""
+    error = dispatcher.broken
+    line = getattr(error, "untold", None)
+    if not line or any(_raised(exc) for exc in list(error.made)):
+        return
+    error.untold = None
+    try:
+        os.write(2, line.encode("utf-8", "backslashreplace"))
+    except OSError:
+        pass
+
+
+def _let_doomed_end(pool):
+    """A pool broken at once terminates: its workers still starting fail as the first did, in
+    a moment. Wait for them (``DOOMED_WAIT`` at most) rather than kill them half-way through
+    (the objects they made would be left to the resource tracker, which warns of them)."""
+    deadline = time.monotonic() + DOOMED_WAIT
+    try:
+        pending = [w.sentinel for w in list(pool) if w.exitcode is None]
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            ready = wait(pending, left)
+            pending = [s for s in pending if s not in ready]
+    except (OSError, ValueError):  # a process closed, a sentinel closed meanwhile
+        pass
+
+
+def _raised(exc):
+    """Whether ``exc`` was raised where the user could see it: not only inside the Pool's
+    task handler, which catches what ``put`` raises and sets it on the task's result."""
+    tb = exc.__traceback__
+    return tb is not None and not (tb.tb_frame.f_code.co_name == "_handle_tasks" and
+                                   tb.tb_frame.f_globals.get("__name__") == "multiprocessing.pool")
 
 
 def _lost(process, record, ready):
@@ -311,7 +367,11 @@ def _broken(failures, seconds):
         exc = errors.BrokenPool(message, pids, codes)
         notes.add_note(exc, note)
         explained(exc)  # raised by _check_running, its note tells all: no frame of ours shown
+        if len(error.made) < _KEPT_ERRORS:
+            error.made.append(exc)
         return exc
+    # the errors made; the line _say_untold says; broken at once (_let_doomed_end)
+    error.made, error.untold, error.at_once = [], None, False
     return error
 
 
@@ -487,6 +547,8 @@ def _hooks(original, module):
         dispatcher = pool_channels.dispatcher_of(outqueue)
         if dispatcher is not None:
             dispatcher.terminate()
+            if getattr(dispatcher.broken, "at_once", False):
+                _let_doomed_end(pool)
         try:
             return original["_terminate_pool"](cls, taskqueue, inqueue, outqueue, pool, *args,
                                                **kwargs)
@@ -495,6 +557,8 @@ def _hooks(original, module):
                 dispatcher.close()
                 # workers that died unreaped: nobody will ask why
                 channel.discard([w.pid for w in list(pool) if w.pid])
+                if dispatcher.broken is not None:
+                    _say_untold(dispatcher)
 
     def _check_running(self):
         original["_check_running"](self)

@@ -3,7 +3,8 @@ module under ``mpcompat.patches`` that implements it, imported only when its tar
 """
 from mpcompat.patching.spec import PatchSpec
 
-TORCH, TORCH_TESTED, PYTHON_TESTED = ("torch",), ">=1.9,<2.14", ">=3.8,<3.16"
+# torch is tested at 1.9.1, 2.6.0, 2.13.0 and 2.14.1 (.ci/test); a newer release still applies.
+TORCH, TORCH_TESTED, PYTHON_TESTED = ("torch",), ">=1.9,<2.15", ">=3.8,<3.16"
 # The opencv-python wheels, in the order they are looked for.
 OPENCV = ("opencv-python-headless", "opencv-python", "opencv-contrib-python-headless",
           "opencv-contrib-python")
@@ -15,7 +16,7 @@ PATCHES = (
               summary="functions made by boolean_dispatch (F.max_pool2d, ...) pickle by "
                       "reference"),
     PatchSpec("torch.safe_globals", targets=("torch.serialization",), distributions=TORCH,
-              supported=">=2.13,<2.14", needed=">=2.4", impl=IMPL + "torch_safe_globals",
+              supported=TORCH_TESTED, needed=">=2.4", impl=IMPL + "torch_safe_globals",
               summary="torch.load(weights_only=True) accepts mpcompat's view rebuild functions"),
     PatchSpec("torch.generator", targets=("torch",), distributions=TORCH, supported=TORCH_TESTED,
               impl=IMPL + "torch_generator",

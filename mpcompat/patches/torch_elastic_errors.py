@@ -60,11 +60,28 @@ def write_error_file(exc):
             return
         import json  # imported only by a failing rank
         text = json.dumps(error_data(exc))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # never overwrite
-        with os.fdopen(fd, "w") as stream:
+    except Exception:
+        return
+    # Written whole beside it, then linked into place: the agent, which may SIGTERM this rank
+    # at any moment, never reads a half-written file, and nothing written before is replaced.
+    partial = "%s.%d.partial" % (path, os.getpid())
+    try:
+        with open(partial, "w") as stream:
             stream.write(text)
-    except Exception:  # FileExistsError: @record wrote it; anything else: torch's own message
+        os.link(partial, path)
+    except FileExistsError:  # @record wrote it
         pass
+    except Exception:  # no hard links here: written in place, never over an existing file
+        try:
+            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "w") as out:
+                out.write(text)
+        except Exception:  # torch's own message, then
+            pass
+    finally:
+        try:
+            os.unlink(partial)
+        except OSError:
+            pass
 
 
 def _at_exit():

@@ -1,8 +1,9 @@
 """Applies, skips and reverts the declared patches, and keeps their state for status().
 
 A patch applies to each target handed to :func:`on_module` where its library's version has the
-bug and is tested (else "not needed", or "skipped" with one warning); one that raises or cannot
-load is "failed", with one warning. activate() and deactivate() arm and disarm under
+bug (else "not needed") and is tested or newer (an older one is "skipped", quietly); one that
+declines in its apply() (``Skip``) is "skipped", and one that raises or cannot load is "failed",
+each with one warning. activate() and deactivate() arm and disarm under
 activation's lock (bookkeeping only), then apply or revert outside it: a patch disarmed while an
 import applies it is reverted by whichever of the two comes last.
 """
@@ -57,7 +58,7 @@ def states(read_versions=True):
         elif st.spec.env_off():
             st.state, st.reason = NOT_NEEDED, st.spec.env_off()
         elif st.spec.needed and not st.spec.distributions and _judge(st)[0] == NOT_NEEDED:
-            st.state, st.reason = _judge(st)[:2]  # a standard-library patch for a newer Python
+            st.state, st.reason = _judge(st)  # a standard-library patch for a newer Python
         elif missed:  # another finder took the import
             st.state, st.reason = MISSED, _bypassed(missed[0])
         if read_versions:
@@ -181,7 +182,7 @@ def _read_version(st):
 
 
 def _judge(st):
-    """Return ``(state, reason, warning)``: what the version says (APPLIED: go ahead)."""
+    """Return ``(state, reason)``: what the version says (APPLIED: go ahead)."""
     verdict = st.verdict  # read once: another thread may re-arm, and reset it, meanwhile
     if verdict is None:
         verdict = st.verdict = _verdict(st)
@@ -192,23 +193,22 @@ def _verdict(st):
     version, spec = _read_version(st), st.spec
     if version and spec.needed and not versions.in_range(version, spec.needed):
         return NOT_NEEDED, "%s %s does not have the bug (needed for %s)" % (
-            st.distribution, version, spec.needed), None
+            st.distribution, version, spec.needed)
     if not version or versions.in_range(version, spec.supported):
-        return APPLIED, "", None  # unknown (a source build): the patch checks what it relies on
-    if not spec.distributions and versions.newer_than(version, spec.supported):
-        # A newer Python: the patch applies where it finds the internals it hooks (else its
-        # apply() raises Skip); the reason, for status(), says it is untested.
-        return APPLIED, "Python %s is newer than the tested %s" % (version, spec.supported), None
-    reason = "%s %s is outside the tested range %s" % (st.distribution, version, spec.supported)
-    return SKIPPED, reason, ("skipped: %s: it stays off. Upgrade mpcompat, or set "
-                             "MPCOMPAT_DISABLED_PATCHES=%s to silence this" % (reason, spec.name))
+        return APPLIED, ""  # unknown (a source build): the patch checks what it relies on
+    untested = "untested on %s %s; tested %s" % (st.distribution, version, spec.supported)
+    if versions.newer_than(version, spec.supported):
+        # A newer release never switches a fix off: the patch applies where it finds what it
+        # hooks (else its apply() raises Skip), quietly; status() says it is untested.
+        return APPLIED, untested
+    return SKIPPED, untested + ": it stays off below the tested versions"
 
 
 def _apply(st, module):
     """Apply ``st`` to ``module``; never raise."""
-    state, reason, warning = _judge(st)
+    (state, reason), warning = _judge(st), None
     if st.spec.env_off():
-        state, reason, warning = NOT_NEEDED, st.spec.env_off(), None
+        state, reason = NOT_NEEDED, st.spec.env_off()
     elif state == APPLIED:
         st.applied[module.__name__] = module
         try:
@@ -248,7 +248,7 @@ def require(name):
     st = _states[name]
     state, reason = st.state, st.reason
     if state not in (SKIPPED, FAILED, NOT_NEEDED, MISSED):
-        state, reason = _judge(st)[:2]
+        state, reason = _judge(st)
         if state == APPLIED and st.spec.distributions and not st.version:
             reason = "%s is not installed (or has no version)" % " / ".join(st.spec.distributions)
         elif state == APPLIED:

@@ -15,8 +15,9 @@ class PatchSpec(object):
     targets: module names; the patch applies to each when it finishes importing.
     distributions: whose version is checked, first found wins; empty for a standard-library
         target, checked against Python's version.
-    supported: the tested versions, both ends, e.g. ">=1.9,<2.14" (``2.13.0+cpu`` is 2.13.0).
-        Outside it a needed patch stays off, with one warning per process tree.
+    supported: the tested versions, both ends, e.g. ">=1.9,<2.15" (``2.13.0+cpu`` is 2.13.0).
+        Above it the patch still applies where it finds what it hooks, "untested" in status();
+        below it, it stays off ("skipped", quietly).
     impl: the module that provides apply(module) and revert(module).
     summary: one line for status().
     needed: the versions that have the bug ("" for all); elsewhere "not needed", silently.

@@ -103,16 +103,9 @@ def test_a_class_from_the_main_guard_kills_the_child_with_an_explanation(tmp_pat
         assert err.count(missing("Task")) == 2
         assert err.count(missing("Made")) == 1
         return
-    # Each child prints one line, no traceback, pointing to its parent, which names each cause
-    # once, with the step that failed and the fix.
-    pid = int(err.split("its parent process (pid ")[1].split(")")[0])
-    lines = [line for line in err.splitlines() if line.startswith("mpcompat: this process ")]
-    assert len(lines) == 3 and "Traceback" not in err, err
-    assert all(line.endswith("; its parent process (pid %d) reports it once" % pid)
-               for line in lines), err
-    assert sum(missing("Task") + " (class Task is defined inside `if __name__ == \"__main__\":` "
-               "of %s, line 12)" % path in line for line in lines) == 2, err
-    assert sum(missing("Made") in line for line in lines) == 1, err
+    # The children print nothing (issue 33: said once); the parent names each cause once,
+    # with the step that failed and the fix.
+    assert "mpcompat: this process " not in err and "Traceback" not in err, err
     task = ("MpcompatWarning: mpcompat: Process 'SpawnProcess-1' (pid %d) failed while starting: "
             "%s\n(while unpickling the process object its parent sent)\n%s" % (
                 records[0][2], missing("Task"), advice))
@@ -141,8 +134,8 @@ def test_the_missing_main_guard_is_recorded_with_its_note(tmp_path, route):
             "a new process while this process is still importing the main module to start up:"
             % (path, path)) in warning
     assert '    if __name__ == "__main__":\n        process.start()' in warning
-    # the child's one line (the cause and the fix, no traceback), and the parent's warning
-    assert err.count("line 13 starts a new process") == 2 and "Traceback" not in err, err
+    # the parent's warning alone (the child printed nothing)
+    assert err.count("line 13 starts a new process") == 1 and "Traceback" not in err, err
 
 
 HOOK = '''\

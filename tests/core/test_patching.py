@@ -106,7 +106,7 @@ def test_the_table_is_immutable():
     assert isinstance(table.PATCHES, tuple) and isinstance(spec.targets, tuple)
     with pytest.raises(AttributeError, match="immutable"):
         spec.supported = ""
-    assert spec.supported == ">=1.9,<2.14"
+    assert spec.supported == table.TORCH_TESTED
 
 
 def test_reading_the_table_imports_nothing():
@@ -237,18 +237,45 @@ def test_patch_module_that_cannot_be_imported_fails_without_breaking_the_target(
     assert row.reason == "ModuleNotFoundError: No module named 'patchkit.no_such_patch'"
 
 
-def test_version_outside_the_range_skips_with_one_warning(add_patch):
-    add_patch("test.too_new", distributions=("pytest",), supported=">=1000")
+def test_a_version_older_than_tested_stays_off_quietly(add_patch):
+    add_patch("test.too_old", distributions=("pytest",), supported=">=1000")
     with mpcompat_warnings() as found:
         mpcompat.activate()
         target = _import(ALPHA)
         importlib.reload(target)
     assert target.answer() == 41
-    assert len(found) == 1, found
-    reason = "pytest %s is outside the tested range >=1000" % _pytest_version()
-    assert "'test.too_new'" in found[0] and reason in found[0]
-    row = _rows()["test.too_new"]
+    assert found == []  # merely untested: said in status(), never at import
+    reason = ("untested on pytest %s; tested >=1000: it stays off below the tested versions"
+              % _pytest_version())
+    row = _rows()["test.too_old"]
     assert (row.state, row.reason, row.version) == ("skipped", reason, _pytest_version())
+
+
+def test_a_version_newer_than_tested_applies_quietly_and_status_says_untested(add_patch):
+    """A library release above the tested range never switches a fix off (issue 33)."""
+    add_patch("test.newer", distributions=("pytest",), supported=">=1,<2")
+    with mpcompat_warnings() as found:
+        mpcompat.activate()
+        target = _import(ALPHA)
+    assert target.answer() == 42
+    assert found == []
+    row = _rows()["test.newer"]
+    assert (row.state, row.reason) == ("applied", "on %s (untested on pytest %s; tested >=1,<2)"
+                                       % (ALPHA, _pytest_version()))
+    mpcompat.activate(patches=["test.newer"])  # asked for explicitly: no PatchUnavailable
+
+
+def test_a_newer_version_whose_hooks_are_gone_declines_with_its_reason(add_patch):
+    add_patch("test.newer_declining", impl="patchkit.declining", distributions=("pytest",),
+              supported=">=1,<2")
+    with mpcompat_warnings() as found:
+        mpcompat.activate()
+        target = _import(ALPHA)
+    assert target.answer() == 41
+    row = _rows()["test.newer_declining"]
+    assert (row.state, row.reason) == ("skipped", "this build of %s needs no patch" % ALPHA)
+    assert len(found) == 1 and "'test.newer_declining' skipped on pytest %s: this build" % (
+        _pytest_version()) in found[0]
 
 
 def test_patch_that_declines_is_skipped_with_its_reason(add_patch):
@@ -283,14 +310,14 @@ def test_disabled_patches_from_the_environment(add_patch, monkeypatch):
 
 def test_activate_takes_the_same_choice_and_checks_it(add_patch):
     add_patch("test.one")
-    add_patch("test.old", target=BETA, distributions=("pytest",), supported="<1")
+    add_patch("test.old", target=BETA, distributions=("pytest",), supported=">=1000")
     add_patch("test.absent", target=BETA, distributions=("no-such-distribution-mpcompat",))
     with pytest.raises(ValueError, match="patches: unknown patch name.*'no.such'"):
         mpcompat.activate(patches=["test.one", "no.such"])
     with pytest.raises(ValueError, match="disabled_patches: unknown patch name"):
         mpcompat.activate(disabled_patches="test.one,no.such")
-    with pytest.raises(PatchUnavailable, match=r"'test.old' cannot apply: pytest \S+ is outside"
-                                               r" the tested range <1"):
+    with pytest.raises(PatchUnavailable, match=r"'test.old' cannot apply: untested on pytest "
+                                               r"\S+; tested >=1000: it stays off below"):
         mpcompat.activate(patches=["test.old"])
     with pytest.raises(PatchUnavailable, match="'test.absent' cannot apply: "
                                                "no-such-distribution-mpcompat is not installed"):

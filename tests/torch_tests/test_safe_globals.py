@@ -1,12 +1,15 @@
-"""torch.safe_globals on real torch 2.13: torch.load(weights_only=True) of a checkpoint with dict
-views; only the six view rebuilders are allowlisted; revert keeps what others added.
+"""torch.safe_globals on real torch (2.6.0, 2.13.0, 2.14.1 in CI): torch.load(weights_only=True)
+of a checkpoint with dict views; only the six view rebuilders are allowlisted; revert keeps what
+others added. torch 2.4's way (a list, no remover) is checked on a stand-in built as torch 2.4.0's
+``_weights_only_unpickler`` is.
 
-Runs only where torch >= 2.4 is installed (.venv): older torch has no weights_only loading
-and no safe globals (there the patch is "not needed": tests/old_stack/test_quiet_old_stack.py).
+Runs only where torch >= 2.4 is installed: older torch has no weights_only loading and no safe
+globals (there the patch is "not needed": tests/old_stack/test_quiet_old_stack.py).
 """
 import collections
 import io
 import pickle
+import types
 import zipfile
 
 import pytest
@@ -39,9 +42,9 @@ def test_weights_only_load_of_dict_views(restore_mpcompat):
             assert list(dict(loaded[key])) == list(dict(view))
         else:
             assert list(loaded[key]) == list(view)
-    active = torch.serialization.get_safe_globals()
+    active = list(torch.serialization.get_safe_globals())  # torch 2.4: the list itself
     mpcompat.deactivate()
-    others = torch.serialization.get_safe_globals()
+    others = list(torch.serialization.get_safe_globals())
     assert len(active) == len(others) + 6
     assert {id(f) for f in active} - {id(f) for f in others} == {
         id(f) for f in torch_safe_globals.VIEW_REBUILDERS}
@@ -73,6 +76,9 @@ def test_weights_only_load_refuses_the_powerful_rebuilders():
             torch.load(forged, weights_only=True)
 
 
+@pytest.mark.skipif(not hasattr(torch.serialization, "safe_globals"),
+                    reason="torch.serialization.safe_globals is new in torch 2.5 (2.4: the "
+                           "stand-in test below)")
 def test_revert_keeps_safe_globals_it_did_not_add(restore_mpcompat):
     def users_own():
         """A safe global a user registered."""
@@ -93,3 +99,49 @@ def test_applying_again_changes_nothing():
     assert len(torch.serialization.get_safe_globals()) == len(safe)
     for func in torch_safe_globals.VIEW_REBUILDERS:
         assert func in safe
+
+
+def torch24_serialization():
+    """A stand-in for torch 2.4.0's torch.serialization: its safe globals are the module-level
+    list ``_weights_only_unpickler._marked_safe_globals_list``, which ``_add_safe_globals``
+    extends (``+=``) and ``_clear_safe_globals`` replaces; there is no ``_remove_safe_globals``
+    and no ``safe_globals`` context manager."""
+    unpickler = types.SimpleNamespace(_marked_safe_globals_list=[])
+
+    def add_safe_globals(safe_globals):
+        unpickler._marked_safe_globals_list += safe_globals
+
+    return types.SimpleNamespace(
+        _weights_only_unpickler=unpickler, add_safe_globals=add_safe_globals,
+        get_safe_globals=lambda: unpickler._marked_safe_globals_list)
+
+
+def test_torch_2_4_list_gets_the_six_and_loses_only_them(monkeypatch):
+    monkeypatch.setattr(torch_safe_globals, "_added", [])
+    module = torch24_serialization()
+    users_own, also_users = object(), rebuild_views.rebuild_dict_keys
+    module.add_safe_globals([users_own, also_users])
+    entries = module.get_safe_globals()
+    torch_safe_globals.apply(module)
+    torch_safe_globals.apply(module)  # again: nothing added twice
+    assert len(entries) == 2 + 5 and entries[:2] == [users_own, also_users]
+    assert all(f in entries for f in torch_safe_globals.VIEW_REBUILDERS)
+    module.add_safe_globals([rebuild_views.rebuild_dict_values])  # the user's, after ours
+    torch_safe_globals.revert(module)
+    assert module.get_safe_globals() is entries  # the same list, changed in place
+    assert entries == [users_own, also_users, rebuild_views.rebuild_dict_values]
+    torch_safe_globals.revert(module)  # nothing left of ours: nothing changes
+    assert entries == [users_own, also_users, rebuild_views.rebuild_dict_values]
+
+
+def test_a_torch_without_a_remover_or_list_is_skipped(monkeypatch):
+    from mpcompat.patching.spec import Skip
+    monkeypatch.setattr(torch_safe_globals, "_added", [])
+    module = torch24_serialization()
+    module._weights_only_unpickler = types.SimpleNamespace()  # neither list nor remover
+    with pytest.raises(Skip, match="cannot remove again"):
+        torch_safe_globals.apply(module)
+    del module.add_safe_globals
+    with pytest.raises(Skip, match="no add_safe_globals"):
+        torch_safe_globals.apply(module)
+    assert torch_safe_globals._added == []

@@ -46,6 +46,10 @@ def test_a_function_entrypoint_start_up_failure_reaches_the_summary_with_its_fix
     assert "failed while starting: AttributeError: " in summary
     assert ("'Config' on <module '__mp_main__'" in summary) != NEW_PICKLE_MESSAGES
     assert "Move the class Config to module level" in summary
+    # mpcompat's cause in place of torch's placeholder (torch 1.9: "Process failed with ...")
+    assert "To enable traceback see" not in summary and "Process failed with" not in summary
+    assert "traceback : mpcompat: torch.multiprocessing.spawn process (pid " in summary or \
+        'msg: "mpcompat: torch.multiprocessing.spawn process (pid ' in summary, summary
 
 
 def test_a_rank_crashed_in_native_code_is_named_with_its_python_stack(tmp_path):
