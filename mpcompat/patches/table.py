@@ -30,6 +30,10 @@ PATCHES = (
               supported=TORCH_TESTED, impl=IMPL + "torch_spawn_errors",
               summary="torch.multiprocessing.spawn: a child that dies starting up is named with "
                       "its cause"),
+    PatchSpec("torch.cuda_fork", targets=("torch.cuda",), distributions=TORCH,
+              supported=TORCH_TESTED, impl=IMPL + "torch_cuda_fork",
+              summary="'Cannot re-initialize CUDA in forked subprocess' names where the parent "
+                      "started CUDA, where the child touched it, where it was forked, the fix"),
     PatchSpec("torch.worker_temp_dir", targets=("torch.utils.data.dataloader",),
               distributions=TORCH, supported=TORCH_TESTED, impl=IMPL + "torch_worker_temp_dir",
               summary="DataLoader workers keep their temporary files in the parent's temporary "
