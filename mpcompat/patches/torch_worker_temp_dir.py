@@ -15,6 +15,7 @@ from multiprocessing import util
 
 from mpcompat.patching.spec import Skip
 from mpcompat.patching.patcher import Patcher
+from mpcompat.workers.user_frames import without_own_frames
 
 patcher = Patcher()
 
@@ -27,7 +28,7 @@ def _sharing_temp_dir(original):
         except Exception:
             pass
         return original(self, *args, **kwargs)
-    return __init__
+    return without_own_frames(__init__)  # a worker that fails to start: the user's frames
 
 
 def apply(module):
