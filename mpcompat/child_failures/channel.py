@@ -63,15 +63,6 @@ class FailureRecord(object):
         spans fifteen indented lines)."""
         return " ".join(self.error.strip().split("\n\n", 1)[0].split())
 
-    def cause(self):
-        """The first sentence of mpcompat's first note (the cause and the fix, where mpcompat
-        knows them), or None."""
-        if not self.notes:
-            return None
-        text = self.notes[0]
-        text = text[len(PREFIX):] if text.startswith(PREFIX) else text
-        return text.strip().split("\n", 1)[0].split(". ", 1)[0].rstrip(".:") or None
-
 
 class _Channel(object):
     """This process's listening socket (``address``: "<owner pid>:<socket address>"), the

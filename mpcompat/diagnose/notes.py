@@ -85,9 +85,14 @@ def one_line(exc):
     line = "%s: %s" % (type(exc).__name__, text) if text else type(exc).__name__
     notes = notes_of(exc)
     if notes:
-        cause = notes[0][len(PREFIX):].strip().split("\n", 1)[0].split(". ", 1)[0]
-        line += " (%s)" % cause.rstrip(".:")
+        line += " (%s)" % cause_of(notes[0])
     return line
+
+
+def cause_of(note):
+    """The first sentence of an mpcompat ``note``: the cause (and the fix, where known)."""
+    text = note[len(PREFIX):] if note.startswith(PREFIX) else note
+    return text.strip().split("\n", 1)[0].split(". ", 1)[0].rstrip(".:")
 
 
 def start_failure_line(exc, where=None):

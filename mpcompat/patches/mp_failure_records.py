@@ -89,10 +89,7 @@ def _start(original):
         if owned:
             self.__dict__[_OWNED_MARK] = True
         elif self.pid is not None:
-            caller = sys._getframe(1)
-            while caller.f_back is not None and \
-                    caller.f_globals.get("__name__", "").startswith("mpcompat."):
-                caller = caller.f_back
+            caller = _outside_mpcompat(sys._getframe(1))
             _plain[self.pid] = (self.name, caller.f_code.co_filename, caller.f_lineno)
             if len(_plain) > _MAX_PLAIN:
                 _plain.popitem(last=False)
@@ -152,14 +149,21 @@ def _name_end(process, measured=True):
     _plain.pop(process.pid, None)
 
 
+def _outside_mpcompat(frame):
+    """The first frame from ``frame`` outward that is not mpcompat's (the outermost if all
+    are)."""
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(
+            "mpcompat."):
+        frame = frame.f_back
+    return frame
+
+
 def _exit_join_at(process):
     """The line that started ``process`` when multiprocessing itself joins it as this process
     exits (no line of the user's is on the stack then), else None: the user's frame."""
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("mpcompat."):
-        frame = frame.f_back
+    frame = _outside_mpcompat(sys._getframe(1))
     started = _plain.get(process.pid)
-    at_exit = frame is not None and frame.f_globals.get("__name__") == "multiprocessing.util"
+    at_exit = frame.f_globals.get("__name__") == "multiprocessing.util"
     return started[1:] if started is not None and at_exit else None
 
 

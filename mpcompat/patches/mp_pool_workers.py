@@ -280,7 +280,7 @@ def _say_start_failure(starts, process, record):
 
 def _untold_line(process, record):
     """The line that names the error of a Pool broken at once (:func:`_say_untold`)."""
-    cause = record.cause()
+    cause = notes.cause_of(record.notes[0]) if record.notes else None
     cause = " (%s)" % cause if cause else (" (while %s)" % record.what if record.what else "")
     return "%sPool worker process %d failed while starting: %s%s; the Pool broke at once (no " \
         "new worker could start), and nothing raised its BrokenPool\n" % (
