@@ -1,4 +1,5 @@
-"""Benchmark the crash stacks on the healthy path (``mpcompat.child_failures.crash_stacks``):
+"""Benchmark the crash stacks on the healthy path (the crash files of the ``failure_records``
+patch, ``mpcompat.child_failures.channel.prepare``):
 what each worker start pays so that a native crash can show its Python stack (the child opens
 its crash file and enables faulthandler; it removes the file when it ends), side by side with
 the same work without it.
@@ -28,15 +29,15 @@ if HERE not in sys.path:
 from _common import Table, fmt_ms, interleaved, print_tables, verdict  # noqa: E402
 
 import mpcompat  # noqa: E402,F401  (activates the patches)
-from mpcompat.child_failures import crash_stacks  # noqa: E402
+from mpcompat.child_failures import channel  # noqa: E402
 
 TARGET = 1.02
-_PREPARE = crash_stacks.prepare
+_PREPARE = channel.prepare
 
 
 def _mode(on):
     """With crash stacks (the parent names a crash file in each child) or without."""
-    crash_stacks.prepare = _PREPARE if on else (lambda process: None)
+    channel.prepare = _PREPARE if on else (lambda process: None)
 
 
 def _pool(method):

@@ -7,7 +7,7 @@ __version__ = "0.1.0"
 
 # Loaded on first use (PEP 562), so that activation stays cheap.
 _LAZY = {name: module for module, names in (
-    ("mpcompat.pickling.registry", "register unregister registered registering reducer"),
+    ("mpcompat.reducers", "register unregister registered registering reducer"),
     ("mpcompat.diagnose", "explain assert_picklable"),
     ("mpcompat.pickling.per_process", "per_process"),
     ("mpcompat.errors", "MpcompatWarning PatchUnavailable BrokenPool WorkerLostError"),

@@ -1,7 +1,16 @@
-"""Activation: mpcompat's built-in reducers plus the library patches, switched as one.
+"""Activation: mpcompat's built-in reducers plus the library patches, switched as one, and the
+post-import hook that drives both.
 
-It runs in every process, so it only watches ``copyreg`` and the patch targets: the reducers
-register when copyreg is imported, the patch manager loads with the first target.
+It runs in every process that imports a module mpcompat acts on, so it only watches
+``copyreg`` and the patch targets: the reducers register when copyreg is imported, the patch
+manager loads with the first target.
+
+The hook: ``watch(name, callback)`` calls back each time a module finishes executing. A finder
+at the front of ``sys.meta_path``, a dict look-up for names nobody watches, chains the loader
+the finders behind it give: the callbacks run right after the module's code, once per
+execution (import and reload alike), under the module's import lock. A watched submodule done
+while its watched top-level package still runs (torch's) is called back when the package is
+done: nothing can use it before, and what the patches import costs less then.
 """
 import os
 import sys
@@ -16,9 +25,118 @@ def process_lock(locks):
 
 _locks = {}  # pid -> activation's lock in that process
 
+_callbacks = {}   # module name -> list of callables taking the module
+_executing = set()  # watched modules whose code is running through the hook
+_deferred = {}    # top-level package name -> submodules to call back when it has finished
+
+
+class _ChainedLoader(object):
+    """Runs the real loader, then the callbacks; everything else is the real loader's."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    @property
+    def __class__(self):  # isinstance() checks of callers of find_spec() see the real loader
+        return type(self.loader)
+
+    def create_module(self, spec):  # (__getattr__ would fail where the loader has none)
+        return getattr(self.loader, "create_module", lambda _: None)(spec)
+
+    def exec_module(self, module):
+        """Execute the module with the real loader (its ``__loader__``), then call back."""
+        module.__loader__ = self.loader
+        spec = getattr(module, "__spec__", None)
+        if spec is not None and spec.loader is self:
+            spec.loader = self.loader
+        name = module.__name__
+        _executing.add(name)
+        try:
+            self.loader.exec_module(module)
+        except BaseException:
+            _deferred.pop(name, None)
+            raise
+        finally:
+            _executing.discard(name)
+        top = name.partition(".")[0]
+        if top != name and top in _executing:
+            _deferred.setdefault(top, []).append(module)
+            return
+        for done in [module] + _deferred.pop(name, []):
+            _call_back(done)
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+
+class _PostImportFinder(object):
+    """The meta path finder; a no-op for every name nobody watches."""
+
+    mpcompat_hook = True  # how any copy of this class (another import of it) knows another
+
+    def find_spec(self, fullname, path=None, target=None):
+        """The spec the finders behind this one give, its loader chained; None for the rest."""
+        if fullname not in _callbacks:
+            return None
+        for finder in list(sys.meta_path):
+            if getattr(finder, "mpcompat_hook", False) or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if getattr(spec.loader, "exec_module", None) is not None:
+                    spec.loader = _ChainedLoader(spec.loader)
+                return spec
+        return None
+
+    def __repr__(self):
+        return "<mpcompat post-import hook>"
+
+
+hook = _PostImportFinder()  # the one finder; _mpcompat_bootstrap hands it its triggers
+
+
+def watch(name, callback):
+    """Call ``callback(module)`` each time module ``name`` finishes executing from now on."""
+    callbacks = _callbacks.setdefault(name, [])
+    if callback not in callbacks:
+        callbacks.append(callback)
+    if hook not in sys.meta_path:
+        sys.meta_path.insert(0, hook)
+
+
+def unwatch(name, callback):
+    """Stop calling ``callback`` for module ``name``. The finder stays on sys.meta_path (a dict
+    look-up for a name nobody watches): an import in another thread iterates that very list,
+    and a finder taken out in front of it makes it skip the next one (the path finder: a
+    ModuleNotFoundError for a module that exists)."""
+    callbacks = _callbacks.get(name, [])
+    if callback in callbacks:
+        callbacks.remove(callback)
+    if not callbacks:
+        _callbacks.pop(name, None)
+
+
+def imported(name):
+    """Return ``(module, finished)`` for ``name`` (``(None, True)`` when not imported);
+    ``finished`` is False while its code still runs."""
+    module = sys.modules.get(name)
+    if module is None:
+        return None, True
+    running = name in _executing or getattr(getattr(module, "__spec__", None),
+                                            "_initializing", False)
+    return module, not running
+
+
+def _call_back(module):
+    for callback in list(_callbacks.get(module.__name__, ())):
+        try:
+            callback(module)
+        except Exception:  # never let a callback break the import of somebody else's module
+            pass
+
 
 _state = {"active": False, "how": "not activated yet", "conflicts": []}
-_config = {"watched": frozenset(), "arm": None}  # arm: manager.arm()'s arguments, till called
+_config = {"watched": frozenset(), "arm": None}  # arm: patching.arm()'s arguments, till called
 _registered = {}  # the built-in reducers activation registered: {type: reducer}
 
 
@@ -29,45 +147,8 @@ def env_disabled():
 
 def builtin_reducers():
     """Return ``{type: reducer}`` for the reducers that activation registers."""
-    from mpcompat.pickling.builtin import BUILTIN_REDUCERS
+    from mpcompat.reducers import BUILTIN_REDUCERS
     return dict(BUILTIN_REDUCERS)
-
-
-def _parse_names(value, what, known, strict=True):
-    """Turn a comma-separated string, ``"*"`` or an iterable into a set of known patch names
-    (compared in lower case, ``-`` as ``_``); unknown ones raise ValueError (``strict``), else
-    are ignored with a warning."""
-    def normalize(name):
-        return name.strip().lower().replace("-", "_")
-    by_norm = {normalize(n): n for n in known}
-    names, unknown = set(), []
-    for raw in value.split(",") if isinstance(value, str) else value or ():
-        if not isinstance(raw, str):
-            raise TypeError("%s: patch names are strings, got %r" % (what, raw))
-        norm = normalize(raw)
-        if norm == "*":
-            names.update(known)
-        elif norm in by_norm:
-            names.add(by_norm[norm])
-        elif norm:
-            unknown.append(raw.strip())
-    if not unknown:
-        return names
-    import difflib
-    hints = []
-    for name in unknown:
-        close = difflib.get_close_matches(normalize(name), list(by_norm), 1, 0.6)
-        if close:
-            hints.append("did you mean %s%s?" % (
-                by_norm[close[0]], " (for %r)" % name if len(unknown) > 1 else ""))
-    hints = " (%s)" % "; ".join(hints) if hints else ""
-    message = "%s: unknown patch name%s %s" % (what, "s" if len(unknown) > 1 else "",
-                                               ", ".join(map(repr, unknown)))
-    if strict:
-        raise ValueError("%s; known: %s%s" % (message, ", ".join(sorted(known)), hints))
-    from mpcompat.errors import warn  # a typo in the variable must not turn mpcompat off
-    warn("%s ignored%s; `mpcompat status` lists the patches" % (message, hints))
-    return names
 
 
 def activate(*, patches=None, disabled_patches=None):
@@ -81,62 +162,78 @@ def activate(*, patches=None, disabled_patches=None):
 
 
 def _activate(patches, disabled_patches, how):
-    from mpcompat.patches import table
-    from mpcompat.patching import importhook
-    rows = table.PATCHES  # read once: a test may swap in a table of its own
-    known = [spec.name for spec in rows]
-    requested = set(known) if patches is None else _parse_names(patches, "patches", known)
+    targets = None
+    if patches is None and disabled_patches is None and "mpcompat.patching" not in sys.modules \
+            and not os.environ.get("MPCOMPAT_DISABLED_PATCHES", "").strip():
+        targets = getattr(sys.modules.get("_mpcompat_bootstrap"), "watched", lambda: None)()
+    if targets is not None and not any(t in sys.modules for t in targets):
+        # the table loads, and the patches are armed, with the first target
+        with process_lock(_locks):
+            _config["arm"] = "all"
+            _start(how, targets)
+        return
+    from mpcompat import patching
+    rows = patching.PATCHES  # read once: a test may swap in a table of its own
+    known, names = [spec.name for spec in rows], patching.parse_names
+    requested = set(known) if patches is None else names(patches, "patches", known)
     if disabled_patches is None:
-        disabled = _parse_names(os.environ.get("MPCOMPAT_DISABLED_PATCHES", ""),
-                                "MPCOMPAT_DISABLED_PATCHES", known, strict=False)
+        disabled = names(os.environ.get("MPCOMPAT_DISABLED_PATCHES", ""),
+                         "MPCOMPAT_DISABLED_PATCHES", known, strict=False)
         disabled_by = "disabled by MPCOMPAT_DISABLED_PATCHES"
     else:
-        disabled = _parse_names(disabled_patches, "disabled_patches", known)
+        disabled = names(disabled_patches, "disabled_patches", known)
         disabled_by = "disabled by activate(disabled_patches=...)"
     live = {t for spec in rows if not spec.env_off() for t in spec.targets}
     with process_lock(_locks):
         _config["arm"] = (rows, frozenset(requested - disabled),
                           disabled_by if disabled else None)
-        _state.update(active=True, how=how)
-        if "copyreg" in sys.modules:
-            _register_builtins()
-        else:
-            importhook.watch("copyreg", _on_copyreg)
-        for target in _config["watched"] - live:
-            importhook.unwatch(target, _on_target)
-        for target in live:
-            importhook.watch(target, _on_target)
-        _config["watched"] = live
-        if patches is None and "mpcompat.patching.manager" not in sys.modules \
+        _start(how, live)
+        if patches is None and not patching.armed_before() \
                 and not any(t in sys.modules for t in live):
-            return  # the manager loads, and arms the patches, when a target is imported
-        from mpcompat.patching import manager
-        armed, undo = _arm(manager)
-    manager.revert(undo)
-    manager.apply_imported(armed)
+            return  # the patches are armed when a target is imported
+        armed, undo = _arm(patching)
+    patching.revert(undo)
+    patching.apply_imported(armed, imported)
     for name in sorted(requested - disabled if patches is not None else ()):
-        manager.require(name)
+        patching.require(name)
 
 
-def _arm(manager):
-    """Arm the patches as configured (the caller holds the lock): see manager.arm()."""
+def _start(how, targets):
+    """Turn on, watch copyreg and ``targets`` (the caller holds the lock)."""
+    _state.update(active=True, how=how)
+    if "copyreg" in sys.modules:
+        _register_builtins()
+    else:
+        watch("copyreg", _on_copyreg)
+    for target in _config["watched"] - targets:
+        unwatch(target, _on_target)
+    for target in targets:
+        watch(target, _on_target)
+    _config["watched"] = frozenset(targets)
+
+
+def _arm(patching):
+    """Arm the patches as configured (the caller holds the lock): see patching.arm()."""
     args, _config["arm"] = _config["arm"], None
-    return manager.arm(*args)
+    if args == "all":  # activated with the start-up hook's list of targets: every patch
+        rows = patching.PATCHES
+        _start(_state["how"], {t for spec in rows if not spec.env_off() for t in spec.targets})
+        args = (rows, frozenset(spec.name for spec in rows), None)
+    return patching.arm(*args)
 
 
 def ensure_armed():
-    """Arm the patches if mpcompat is active and not armed yet; return the patch manager."""
-    from mpcompat.patching import manager
+    """Arm the patches if mpcompat is active and not armed yet; return mpcompat.patching."""
+    from mpcompat import patching
     if _config["arm"] is not None:
         with process_lock(_locks):  # bookkeeping only: nothing imported or applied under it
             if _config["arm"] is not None:
-                _arm(manager)  # nothing is applied yet: nothing to undo
-    return manager
+                _arm(patching)  # nothing is applied yet: nothing to undo
+    return patching
 
 
 def _on_copyreg(module):
-    from mpcompat.patching import importhook
-    importhook.unwatch("copyreg", _on_copyreg)
+    unwatch("copyreg", _on_copyreg)
     if _state["active"]:
         try:
             _register_builtins()
@@ -145,11 +242,11 @@ def _on_copyreg(module):
 
 
 def _register_builtins():
-    from mpcompat.pickling import registry
+    from mpcompat import reducers
     conflicts = []
     for cls, reducer in builtin_reducers().items():
         try:
-            registry.register(cls, reducer)
+            reducers.register(cls, reducer)
             _registered[cls] = reducer
         except ValueError as exc:
             conflicts.append("%s.%s" % (cls.__module__, cls.__qualname__))
@@ -176,22 +273,23 @@ def _warn_failure(what, exc):
 
 def deactivate():
     """Undo :func:`activate`: revert every patch and remove the built-in reducers."""
-    from mpcompat.patching import importhook
     with process_lock(_locks):
         for target in _config["watched"]:
-            importhook.unwatch(target, _on_target)
-        importhook.unwatch("copyreg", _on_copyreg)
+            unwatch(target, _on_target)
+        unwatch("copyreg", _on_copyreg)
+        if not _callbacks:  # a new list: an import iterating the old one in a thread goes on
+            sys.meta_path = [finder for finder in sys.meta_path if finder is not hook]
         _state.update(active=False, how="deactivated by mpcompat.deactivate()", conflicts=[])
         _config.update(watched=frozenset(), arm=None)
-        manager = sys.modules.get("mpcompat.patching.manager")
-        undo = manager.disarm_all() if manager is not None else []
+        patching = sys.modules.get("mpcompat.patching")
+        undo = patching.disarm_all() if patching is not None else []
         if _registered:
-            from mpcompat.pickling import registry
+            from mpcompat import reducers
             for cls, reducer in list(_registered.items()):
-                registry.unregister_if(cls, reducer)
+                reducers.unregister_if(cls, reducer)
             _registered.clear()
-    if manager is not None:
-        manager.revert(undo)
+    if patching is not None:
+        patching.revert(undo)
 
 
 def is_active():
@@ -217,9 +315,10 @@ def activate_on_import():
         return
     boot = sys.modules.get("_mpcompat_bootstrap")
     calls = getattr(boot, "calls", None)
-    if calls and getattr(boot, "outcome", "") is None:  # the start-up hook is importing us
+    if calls and getattr(boot, "outcome", None) in getattr(boot, "ARMED", ()):
         route = {"mpcompat run": "'mpcompat run'"}.get(calls[0], calls[0])
         how = "activated at start-up by " + route
+        boot.outcome = "activated"  # (by a trigger's import, or by the user's before any)
     else:
         how = "activated by import mpcompat"
     _activate(None, None, how)

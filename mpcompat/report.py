@@ -31,13 +31,13 @@ class Status(object):
 
     def __init__(self):
         from mpcompat import autostart
-        from mpcompat.pickling import registry
+        from mpcompat import reducers
         self.__dict__.update(activation.state())  # active, how, conflicts
         self.autostart, self.autostart_line = autostart.environment()
-        self.reducers = dict(registry.registered())
+        self.reducers = dict(reducers.registered())
         builtins = activation.builtin_reducers()
         self.builtin = {cls for cls, red in self.reducers.items() if builtins.get(cls) is red}
-        self.patches = [PatchStatus(st) for st in activation.ensure_armed().states()]
+        self.patches = [PatchStatus(st) for st in activation.ensure_armed().states(hook=activation.hook)]
 
     reason = property(lambda self: self.how, doc="Same as ``how`` (the name older code used).")
 

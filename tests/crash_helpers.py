@@ -43,13 +43,13 @@ def crash_line():
 
 def crash_report(exc, pid_file):
     """What a scenario reports of a worker crash it caught as ``exc``: the error as the user
-    reads it, then what ``crash_stacks.crash_lines`` still holds for that worker (nothing once
+    reads it, then what ``exits.crash_lines`` still holds for that worker (nothing once
     the error's own report has read it), and the parent's crash files left."""
     with open(pid_file) as fh:
         pid = int(fh.read())
     try:
-        from mpcompat.child_failures import crash_stacks
-        lines, left = crash_stacks.crash_lines(pid), crash_stacks.files_left()
+        from mpcompat.child_failures import channel, exits
+        lines, left = exits.crash_lines(pid), channel.files_left()
     except ImportError:  # mpcompat before crash stacks
         lines, left = [], []
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

@@ -2,24 +2,73 @@
 so that a broken package cannot break it.
 
 ``mpcompat.pth`` (``mpcompat.start`` on 3.15+) and ``mpcompat run``'s sitecustomize call
-:func:`main`: what ``import mpcompat`` does, never raising, silent when all goes well, and
-nothing on a second call (virtualenvs process ``.pth`` files twice).
+:func:`main`, which never raises, is silent when all goes well and does nothing on a second call
+(virtualenvs process ``.pth`` files twice). It loads nothing of the package: a finder watches
+for the first import of a module mpcompat acts on (copyreg, a patch target), and that import
+activates mpcompat (``import mpcompat``). A process that imports none of them pays for this
+file only.
 """
 import os
 import sys
 
 FAILED_VAR = "MPCOMPAT_AUTOSTART_FAILED"
 calls = []  # the routes that called main() in this process, first one first
-# What the first call did: "activated", "disabled by MPCOMPAT_DISABLE",
-# "skipped after a failure in a parent process" or "failed: <error>".
+# What the first call did: "activated", one of ARMED (not yet, or the package is importing),
+# "disabled by MPCOMPAT_DISABLE", "skipped after a failure in a parent process" or
+# "failed: <error>".
 outcome = None
+ARMED = ("activating", "waiting for the first import of a trigger")
+# The targets of mpcompat.patching.PATCHES, under the environment variable that turns their patch
+# on (None: always on); tests/startup/test_startup_lazy.py checks that they are the table's.
+TARGETS = {
+    None: ("multiprocessing.reduction", "multiprocessing.spawn", "multiprocessing.process",
+           "multiprocessing.forkserver", "multiprocessing.popen_fork",
+           "multiprocessing.popen_forkserver", "multiprocessing.pool",
+           "concurrent.futures.process", "concurrent.futures.interpreter", "torch",
+           "torch._jit_internal", "torch.serialization", "torch.cuda",
+           "torch.utils.data._utils.worker", "torch.utils.data.dataloader",
+           "torch.multiprocessing.spawn", "torch.distributed.elastic.multiprocessing.errors",
+           "nuscenes.eval.detection.data_classes", "nuscenes.eval.tracking.data_classes", "cv2"),
+    "MPCOMPAT_HANG_DUMP": ("multiprocessing.pool", "multiprocessing.process",
+                           "concurrent.futures._base", "torch.distributed.distributed_c10d",
+                           "torch.distributed", "torch.utils.data.dataloader",
+                           "torch.multiprocessing.spawn"),
+    "TORCHELASTIC_ERROR_FILE": ("sys",),
+}
+
+
+def watched():
+    """The patch targets to watch in this process (their patches' variables read now)."""
+    return frozenset(name for var, names in TARGETS.items()
+                     if var is None or os.environ.get(var, "").strip() for name in names)
+
+
+class _Trigger(object):
+    """The finder ``main`` installs: for a trigger's first import, it activates mpcompat and
+    hands the import to mpcompat's own hook; a set look-up for every other name."""
+
+    mpcompat_hook = True  # mpcompat's hook passes over it when it asks the finders behind it
+
+    def __init__(self, triggers):
+        self.triggers = triggers
+
+    def find_spec(self, fullname, path=None, target=None):
+        """Activate mpcompat at a trigger's import; None for the other names."""
+        if fullname not in self.triggers:
+            return None
+        hook = _activate()  # another thread activating meanwhile: waits for it, as imports do
+        return hook.find_spec(fullname, path, target) if hook is not None else None
+
+    def __repr__(self):
+        return "<mpcompat start-up trigger>"
 
 
 def main(route="mpcompat.start"):
-    """Activate mpcompat at interpreter start (``route``: the hook that calls), unless
-    MPCOMPAT_DISABLE or FAILED_VAR (a failure in an ancestor process) is set. A failed import (a
-    file of the package broken or missing) costs one line on stderr and sets FAILED_VAR for
-    the children; the interpreter carries on without mpcompat."""
+    """Arm mpcompat's activation at interpreter start (``route``: the hook that calls), unless
+    MPCOMPAT_DISABLE or FAILED_VAR (a failure in an ancestor process) is set. mpcompat activates
+    at once when a trigger is imported already, else at the first import of one. A failed
+    import of the package (a file of it broken or missing) costs one line on stderr and sets
+    FAILED_VAR for the children; the interpreter carries on without mpcompat."""
     global outcome
     calls.append(route)
     if outcome is not None:
@@ -30,16 +79,51 @@ def main(route="mpcompat.start"):
         outcome = "disabled by MPCOMPAT_DISABLE"
     elif os.environ.get(FAILED_VAR):
         outcome = "skipped after a failure in a parent process"
+    elif _resource_tracker():
+        outcome = "off in multiprocessing's resource tracker"
     else:
+        triggers = watched() | {"copyreg"}  # copyreg: the built-in reducers
+        if any(name in sys.modules for name in triggers):
+            outcome = ARMED[0]
+            _activate()
+        else:
+            outcome = ARMED[1]
+            sys.meta_path.insert(0, _Trigger(triggers))
+
+
+def _resource_tracker():
+    """Whether this process is multiprocessing's resource tracker, which runs no code of the
+    user's and unpickles nothing: mpcompat has nothing to do there."""
+    if sys.argv[:1] != ["-c"]:
+        return False
+    command = getattr(sys, "orig_argv", None)  # 3.10+; before, the kernel's copy
+    if command is None:
         try:
-            import mpcompat  # importing activates
+            with open("/proc/self/cmdline", "rb") as f:
+                command = f.read().decode("utf-8", "replace").split("\0")[:-1]
+        except OSError:
+            return False
+    return bool(command) and command[-1].startswith(
+        "from multiprocessing.resource_tracker import main;")
+
+
+def _activate():
+    """Import (so activate) mpcompat; return its import hook, or None where it failed."""
+    global outcome
+    if outcome.startswith("failed"):
+        return None
+    try:
+        import mpcompat  # importing activates (and sets outcome to "activated")
+        if outcome in ARMED:  # imported before this hook ran
             outcome = "activated" if mpcompat.is_active() else "failed: mpcompat stayed off"
-        except Exception as exc:
-            outcome = "failed"
-            try:
-                _fail(exc)
-            except Exception:  # an exception that cannot even be printed: stay quiet, carry on
-                pass
+        return sys.modules["mpcompat.activation"].hook
+    except Exception as exc:
+        outcome = "failed"
+        try:
+            _fail(exc)
+        except Exception:  # an exception that cannot even be printed: stay quiet, carry on
+            pass
+    return None
 
 
 def _ours(obj):

@@ -1,33 +1,46 @@
-"""Why a child process failed while starting, told to its parent.
+"""Why a child process failed while starting, told to its parent; and the parent's side of every
+start (loaded as the first child starts), what explaining a child's end later needs.
 
 A child that dies before it runs its target (it cannot unpickle what it was sent or import the
 main module, a Pool initializer raises) calls :func:`record`; its parent, noticing the dead
 child, calls :func:`take` or :func:`note_for` and names the cause in its own error.
 
-The channel is a listening Unix socket the parent opens (:func:`listen`) before its first child
-starts; spawn and forkserver children get its address in their preparation data, fork children
-inherit it. A child connects, writes one record and closes; the record waits in the kernel until
-the parent reads it. The parent reads only the children it started (:func:`started`), as the
-kernel names the sender (``SO_PEERCRED`` on Linux, ``LOCAL_PEERPID`` on macOS), closes any
-other connection unread, and never waits for a slow sender. On Linux the socket is abstract;
+The channel is a listening Unix socket the parent opens (:func:`listen`) as its first child
+starts; spawn and forkserver children get its address in their preparation data (the
+``failure_records`` patch), fork children inherit it. A child loads this module only to record:
+it connects, writes one record and closes; the record waits in the kernel until the parent
+reads it. The parent reads only the children it started (:func:`start_child`), as the kernel
+names the sender (``SO_PEERCRED`` on Linux, ``LOCAL_PEERPID`` on macOS), closes any other
+connection unread, and never waits for a slow sender. On Linux the socket is abstract;
 elsewhere on Unix it is a file in a private directory removed at exit; Windows has no channel.
 
 The parent's side runs in the helper threads of Pools and executors: all it needs is imported
-here, or with the ``failure_records`` patch (:mod:`mpcompat.child_failures.exits`, but in a
-spawn child starting up, which needs none of it: :func:`spawn_child_starting`), never in them (a
-fork child made meanwhile would inherit the held import lock). Nothing runs at import.
+here, loaded by the first start in the user's thread, never in them (a fork child made
+meanwhile would inherit the held import lock); what a record is said with
+(:mod:`mpcompat.child_failures.exits`) is loaded by whoever reads it there, as the Pool or the
+executor is made. Nothing runs at import.
+
+Each start (:func:`start_child`, from the ``failure_records`` patch's ``BaseProcess.start``)
+also names in the child the path of its crash file but its pid (:func:`prepare`:
+``/dev/shm/mpcompat-crash-<parent pid>-<random>-``, else in multiprocessing's temporary
+directory), which the child arms as it starts (``mp_failure_records.arm``); :func:`joined`
+removes one no crash wrote, the parent the one it reads (``exits.crash_lines``) and those left
+as it exits. A plain ``Process`` (not a worker whose owner names its cause) is remembered with
+the line that started it, and named if it ends non-zero (:func:`ended`).
 """
-import collections
 import os
+import signal
 import socket
-import struct
 import sys
 import threading
 import time
+import types
+
+from mpcompat.patches.mp_failure_records import CRASH_ENV, CRASH_KEY, child, joined_late
 
 PREFIX = "mpcompat: "
-KEY = "mpcompat_failure_channel"  # in the preparation data of spawn and forkserver children
-NAMED = "mpcompat_failure_named"  # there too: whether the parent names the child's start-up error
+# Who names a spawn or forkserver child's start-up error, as its preparation data says
+# (``failure_records.NAMED``):
 # BY_OWNER: the error the owner's wait raises names it (a Pool's, an executor's, a DataLoader's,
 # torch.multiprocessing.spawn's), or, for a plain Process, the parent's warning (at join(), as
 # is_alive() sees it ended, at the latest as the parent exits): the child prints nothing.
@@ -67,20 +80,18 @@ class FailureRecord(object):
 class _Channel(object):
     """This process's listening socket (``address``: "<owner pid>:<socket address>"), the
     records read, not yet taken (``records``: pid -> record, in arrival order), the children it
-    started (``started``: pid -> the time its start began), the connections not read to the end
-    (``pending``: connection -> [sender's pid, bytes so far]), the starts under way (``starts``:
-    the times they began);
-    ``lock``: held by the thread that reads; ``parent``: the channel a fork child inherited;
-    ``told``: (pid, address, who names its error) a spawn or forkserver child got."""
-    owner = sock = address = directory = parent = told = lock = None
+    started (``started``: pid -> the time its start began, oldest first: :func:`start_child`),
+    the connections not read to the end (``pending``: connection -> [sender's pid, bytes so
+    far]), the starts under way (``starts``: the times they began);
+    ``lock``: held by the thread that reads; ``parent``: the channel a fork child inherited."""
+    owner = sock = address = directory = parent = lock = None
 
     def __init__(self):
         self.empty()
 
     def empty(self):
         """Forget the records, the children, the connections and the starts."""
-        self.records, self.started, self.pending, self.starts = \
-            {}, collections.OrderedDict(), {}, []
+        self.records, self.started, self.pending, self.starts = {}, {}, {}, []
 
 
 _channel = _Channel()
@@ -126,10 +137,11 @@ def _open():
         if conn is not None:
             conn.close()
     # After multiprocessing has joined (or terminated) the children at exit, not before: a child
-    # that fails meanwhile still reaches the channel, and the records left untaken can be named
-    # (finalizers of higher priority run first: mp_failure_records').
+    # that fails meanwhile still reaches the channel, and the records left untaken are named
+    # just before it closes (finalizers of higher priority run first).
     from multiprocessing import util
     util.Finalize(None, _close, args=(os.getpid(),), exitpriority=CLOSE_PRIORITY)
+    util.Finalize(None, _name_untaken, exitpriority=CLOSE_PRIORITY + 1)
     _channel.address = "%d:%s" % (os.getpid(), address.replace("\0", "@", 1))
 
 
@@ -138,27 +150,28 @@ def address():
     return _channel.address if _channel.owner == os.getpid() else None
 
 
-def heard_from_parent(data):
-    """In a spawn or forkserver child: ``data``, the preparation data its parent sent, may name
-    the parent's channel (see :func:`address`), and who names this child's start-up error
-    (``NAMED``)."""
-    value = data.get(KEY) if isinstance(data, dict) else None
-    if isinstance(value, str) and value:
-        _channel.told = (os.getpid(), value, data.get(NAMED))
+def _told():
+    """(pid, the parent's channel, who names this child's start-up error) that this spawn or
+    forkserver child's preparation data said (the ``failure_records`` patch), or None. Only
+    as a child fails."""
+    if child.told is None or child.told[0] != os.getpid():
+        joined_late()
+    told = child.told
+    return told if told is not None and told[0] == os.getpid() else None
 
 
 def named_by():
     """In a spawn or forkserver child: who names its start-up error, as its parent said:
     ``BY_OWNER`` or ``BY_NOBODY``; None without a parent's channel."""
-    told = _channel.told
-    if told is None or told[0] != os.getpid():
+    told = _told()
+    if told is None:
         return None
     return BY_OWNER if told[2] == BY_OWNER else BY_NOBODY
 
 
 def _parent_address():
-    told = _channel.told
-    if told is not None and told[0] == os.getpid():
+    told = _told()
+    if told is not None:
         # It wins over a channel that came with a fork: a forkserver that opened one while
         # importing the main module forks its children with it.
         return told[1]
@@ -180,6 +193,247 @@ def _remove_directory(directory):
     if directory:
         import shutil  # at exit, or when the channel could not open
         shutil.rmtree(directory, ignore_errors=True)
+
+
+# --- the parent's side of each start ------------------------------------------------------------
+
+# Targets whose owners name a dead worker's cause in their own error.
+_OWNED = ("multiprocessing.pool", "concurrent.futures.process", "torch.")
+_OWNED_MARK = "_mpcompat_owner_names_failures"
+_ENDED_MARK = "_mpcompat_ended"
+_NAMED_MARK = "_mpcompat_named"  # a plain Process whose end was looked into
+# Worker targets, and the patch whose error (the one its owner's wait raises) names a worker
+# that failed while starting: while it is applied, such a worker prints nothing.
+_NAMED_BY = {
+    ("multiprocessing.pool", "worker"): "mpcompat.patches.mp_pool_workers",
+    ("concurrent.futures.process", "_process_worker"): "mpcompat.patches.futures_process_workers",
+    ("torch.utils.data._utils.worker", "_worker_loop"):
+        "mpcompat.patches.torch_dataloader_workers",
+    ("torch.multiprocessing.spawn", "_wrap"): "mpcompat.patches.torch_spawn_errors",
+}
+# pid -> (name, file, line that called start()) of each plain Process started, not seen ended
+_plain = {}
+_MAX_PLAIN = 100000
+_TMPFS = "/dev/shm"
+CRASH_SIGNALS = frozenset(int(getattr(signal, name)) for name in (
+    "SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL") if hasattr(signal, name))
+# owner: the pid whose children's crash files are at prefix (their path, but the pid)
+_files = types.SimpleNamespace(owner=None, prefix=None)
+
+
+def start_child(process, start):
+    """``start(process)`` (``BaseProcess.start``) with what the start of a child does so that its
+    failure can be explained: its crash file named, its pid told to the channel, a plain
+    Process remembered with the line that started it."""
+    # One function: each one a start runs costs it the copy-on-write faults of the objects
+    # it touches (the previous start's fork shares every page with that child).
+    # Read before: start() deletes the target (bpo-30775).
+    owned = (getattr(getattr(process, "_target", None), "__module__", None) or "").startswith(
+        _OWNED)
+    since = time.time()
+    # Until the start returns, a connection from a process not known yet is kept unread, not
+    # closed: the child may record before its start has returned its pid.
+    _channel.starts.append(since)
+    try:
+        prepare(process)
+        start(process)
+    finally:
+        if since in _channel.starts:
+            _channel.starts.remove(since)
+    pid = process.pid
+    try:
+        # Its records sent since then are accepted from now on; one an earlier child with that
+        # pid left untaken is dropped.
+        children = _channel.started
+        children.pop(pid, None)  # the newest last
+        children[pid] = since
+        if len(children) > _MAX_STARTED:
+            del children[next(iter(children))]
+        _channel.records.pop(pid, None)
+        if owned:
+            process.__dict__[_OWNED_MARK] = True
+        else:
+            caller = _outside_mpcompat(sys._getframe(1))
+            _plain[pid] = (process.name, caller.f_code.co_filename, caller.f_lineno)
+            if len(_plain) > _MAX_PLAIN:
+                del _plain[next(iter(_plain))]
+    except Exception:
+        pass
+
+
+def _outside_mpcompat(frame):
+    """The first frame from ``frame`` outward that is not mpcompat's (the outermost if all
+    are)."""
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(
+            "mpcompat."):
+        frame = frame.f_back
+    return frame
+
+
+def namer(target, args, owned):
+    """Who names the start-up error of a child with ``target``
+    (``mp_failure_records.NAMED``): the owner of a known worker whose patch is applied (a Pool's
+    worker only with its channel: a Pool that runs as the standard library's names nothing),
+    the parent for a plain Process, else nobody (None: not sent)."""
+    if not owned:
+        return BY_OWNER  # the parent warns
+    key = (getattr(target, "__module__", None), getattr(target, "__qualname__", None))
+    patch = sys.modules.get(_NAMED_BY.get(key, ""))
+    try:
+        if patch is None or not patch.patcher.applied():
+            return None
+    except Exception:
+        return None
+    if key[0] == "multiprocessing.pool" and not (
+            args and type(args[0]) is types.SimpleNamespace and hasattr(args[0], "conn")):
+        return None
+    return BY_OWNER
+
+
+def named_for(name, frame):
+    """:func:`namer` for the process object named ``name`` that ``spawn.get_preparation_data``
+    is called for, from ``frame`` (its caller) out."""
+    # A frame read: the process object is _launch's (popen_spawn_posix, popen_forkserver;
+    # popen_spawn_win32's __init__), where start() passed it, a frame or two out.
+    for _ in range(3):
+        process = frame.f_locals.get("process_obj") if frame is not None else None
+        if getattr(process, "_name", None) == name:
+            target = getattr(process, "_target", None)
+            return namer(target, getattr(process, "_args", ()), (
+                getattr(target, "__module__", None) or "").startswith(_OWNED))
+        frame = frame.f_back if frame is not None else None
+    return None
+
+
+def ended(process, measured=True):
+    """``process`` has ended, or was never started (join; is_alive, ``measured`` False). Once
+    it ended non-zero: remove the crash file it may have left without crashing; a plain Process
+    is named, once, with what it recorded (a warning per cause), or, at join, what was measured
+    (is_alive leaves a crash to join, which reads its stack)."""
+    if not process.exitcode:
+        _plain.pop(process.pid, None)
+        return
+    state = process.__dict__
+    if state.get(_NAMED_MARK) is True:
+        return
+    if not state.get(_ENDED_MARK):
+        state[_ENDED_MARK] = True
+        joined(process.pid, process.exitcode)
+    if state.get(_OWNED_MARK) or (not measured and state.get(_NAMED_MARK) == "looked"):
+        return
+    try:  # a plain Process: joined or polled by the user's code (a helper thread owns workers)
+        from mpcompat.child_failures.exits import name_ended
+        state[_NAMED_MARK] = name_ended(process, _plain, measured)
+    except Exception:
+        state[_NAMED_MARK] = True
+
+
+def _name_untaken():
+    try:
+        records = untaken() if _channel.owner == os.getpid() else ()
+        if records:
+            from mpcompat.child_failures.exits import name_untaken
+            name_untaken(records, _plain)
+    except Exception:
+        pass
+
+
+def prepare(process):
+    """Before ``process`` starts: name in it the path of its crash file, but its pid. Never
+    raises."""
+    try:
+        process._config[CRASH_KEY] = _files.prefix if _files.owner == os.getpid() else _prefix()
+    except Exception:
+        pass
+
+
+def share_with_children():
+    """In a parent whose children are not ``multiprocessing``'s (torchrun's agent): name the
+    path of their crash files, but their pid, in ``os.environ``, which they inherit
+    (``mp_failure_records.arm_inherited``). Never raises."""
+    try:
+        os.environ[CRASH_ENV] = _prefix()
+    except Exception:
+        pass
+
+
+def _prefix():
+    if _files.owner != os.getpid():
+        _files.prefix, _files.owner = _new_prefix(), os.getpid()
+    return _files.prefix
+
+
+def _new_prefix():
+    """This process's crash files' path, but the pid: in /dev/shm where it can be (a fresh
+    worker creates its file there in about 20 us, on a disk in 150 us), else in
+    multiprocessing's temporary directory; those left are removed when this process exits."""
+    # The first start in this process: the user's thread (a Pool's or an executor's helper
+    # threads only restart workers), so the import here is safe.
+    from multiprocessing import util
+    directory = _TMPFS if os.access(_TMPFS, os.W_OK) else util.get_temp_dir()
+    util.Finalize(None, _remove_left, args=(os.getpid(),), exitpriority=-100)
+    _remove_orphans(directory)
+    # Files, not a directory of their own: a program that ends with os._exit() leaves nothing
+    # when its workers ended well. The random part keeps others from guessing the names.
+    return os.path.join(directory, "mpcompat-crash-%d-%s-" % (os.getpid(),
+                                                              os.urandom(6).hex()))
+
+
+def path(pid):
+    """The crash file of this process's child ``pid``, or None."""
+    return _files.prefix + str(pid) if _files.owner == os.getpid() and _files.prefix else None
+
+
+def files_left():
+    """The paths of the crash files of this process's children still on disk."""
+    if _files.owner != os.getpid() or not _files.prefix:
+        return []
+    directory, start = os.path.split(_files.prefix)
+    try:
+        return [os.path.join(directory, n) for n in os.listdir(directory) if n.startswith(start)]
+    except OSError:
+        return []
+
+
+def _remove_orphans(directory):
+    """Remove the crash files of parents that are gone: a parent killed by a signal could not
+    remove its own (its children's files are all it leaves)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        owner = name.split("-")[2] if name.startswith("mpcompat-crash-") else ""
+        try:
+            if owner.isdigit():
+                os.kill(int(owner), 0)  # ProcessLookupError: gone (another user's: OSError)
+        except ProcessLookupError:
+            try:
+                os.unlink(os.path.join(directory, name))
+            except OSError:
+                pass
+        except OSError:
+            pass
+
+
+def _remove_left(owner):
+    if owner == os.getpid():
+        for left in files_left():
+            try:
+                os.unlink(left)
+            except OSError:
+                pass
+
+
+def joined(pid, exitcode):
+    """Child ``pid`` was joined and ended with ``exitcode``: if no crash signal ended it, remove
+    the file it left (empty: a SIGKILL, SIGTERM or ``os._exit`` skips the child's own removal).
+    Never raises."""
+    try:
+        if exitcode and -exitcode not in CRASH_SIGNALS:
+            os.unlink(path(pid))
+    except Exception:
+        pass
 
 
 # --- the child side ----------------------------------------------------------------------------
@@ -225,62 +479,13 @@ def _clip(text, size):
 
 # --- the parent side ---------------------------------------------------------------------------
 
-def spawn_child_starting():
-    """Whether this process is a spawn or forkserver child that has not run its target yet: it
-    needs none of a parent's side (:mod:`mpcompat.child_failures.exits`), which the patches load in
-    every other process (``--multiprocessing-fork`` in the argv until ``spawn.prepare`` sets the
-    parent's, then ``_inheriting`` while it unpickles its process object)."""
-    if sys.argv[1:2] == ["--multiprocessing-fork"]:
-        return True
-    process = sys.modules.get("multiprocessing.process")
-    return bool(process and getattr(process.current_process(), "_inheriting", False))
-
-
-def starting():
-    """Just before starting a child: until the matching :func:`started`, a connection from a
-    process not known yet is kept unread, not closed (the child may record before its start
-    returns). Returns the time it was called, for :func:`started`."""
-    since = time.time()
-    _channel.starts.append(since)
-    return since
-
-
-def started(pid, since=0.0):
-    """Just after starting child ``pid`` (None if the start failed), with what the matching
-    :func:`starting` returned: records from ``pid`` sent since then are accepted from now on (an
-    earlier child with that pid sent its own before). Never raises."""
-    try:
-        if since in _channel.starts:
-            _channel.starts.remove(since)
-        if pid is not None:
-            children = _channel.started
-            children[int(pid)] = since
-            children.move_to_end(int(pid))
-            if len(children) > _MAX_STARTED:
-                children.popitem(last=False)
-            forget(pid)
-    except Exception:
-        pass
-
-
-def take(pid):
-    """In a parent: return and forget the record of child ``pid`` (a :class:`FailureRecord`),
-    or None. Never raises."""
+def take(pid, keep=False):
+    """In a parent: return and forget (with ``keep``, leave for a later take) the record of
+    child ``pid`` (a :class:`FailureRecord`), or None. Never raises."""
     try:
         pid = int(pid)
         _read()
-        return _channel.records.pop(pid, None)
-    except Exception:
-        return None
-
-
-def peek(pid):
-    """In a parent: the record of child ``pid``, left for :func:`take`, or None. Never
-    raises."""
-    try:
-        pid = int(pid)
-        _read()
-        return _channel.records.get(pid)
+        return _channel.records.get(pid) if keep else _channel.records.pop(pid, None)
     except Exception:
         return None
 
@@ -296,15 +501,6 @@ def untaken():
         return []
 
 
-def forget(pid):
-    """In a parent that has just started child ``pid`` (after :func:`listen`): drop a record
-    an earlier child with that pid left, reading nothing new. Never raises."""
-    try:
-        _channel.records.pop(int(pid), None)
-    except Exception:
-        pass
-
-
 def discard(pids):
     """Children ``pids`` are gone and nobody will ask why (a terminated Pool's): read the
     records waiting, then drop theirs. Never raises."""
@@ -313,7 +509,7 @@ def discard(pids):
     except Exception:
         pass
     for pid in pids:
-        forget(pid)
+        _channel.records.pop(pid, None)
 
 
 def _read():
@@ -357,8 +553,8 @@ def _peer(conn):
     and a record's own pid is taken on trust)."""
     try:
         if sys.platform.startswith("linux"):
-            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-            return struct.unpack("3i", creds)[:2]
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)  # pid, uid, gid
+            return [int.from_bytes(creds[i:i + 4], sys.byteorder, signed=True) for i in (0, 4)]
         if sys.platform == "darwin":
             return conn.getsockopt(0, 2), None  # SOL_LOCAL, LOCAL_PEERPID (macOS 10.8+)
     except OSError:
@@ -440,7 +636,7 @@ def describe_records(records, what, tally=False):
     then its notes, which carry the fix), one copy per distinct error, or None if none; then a
     line for each child that failed the same way, or with ``tally``, their count and the whole
     error (else its :meth:`~FailureRecord.headline`)."""
-    from mpcompat.child_failures import exits  # loaded already, but in a spawn child starting up
+    from mpcompat.child_failures import exits  # loaded before a helper thread gets here
     alike = {}
     for rec in records:
         alike.setdefault(rec.alike(), []).append(rec)

@@ -1,101 +1,36 @@
-"""A spawn or forkserver child starting up (``spawn._main``): the step it is at, and, when a
-step fails, the cause noted (main guard, a missing attribute), the record sent to the parent
+"""A spawn or forkserver child whose start failed (``spawn._main``), loaded then: the step that
+failed, the cause noted (main guard, a missing attribute), the record sent to the parent
 (:mod:`mpcompat.child_failures.channel`) when the parent said it names it, and what the child
 prints instead of its traceback: nothing once the parent has the record (the error a worker's
 owner raises names it, once for all its workers that failed alike; a plain Process's parent
 warns as it sees it end, at the latest as it exits), one line where nobody else would (its
 owner's patch off or not applied: no record is sent).
 
-The patches ``multiprocessing.failure_records`` (:func:`staged` steps) and
-``multiprocessing.bootstrap_notes`` (:func:`hooked` failures) wrap ``multiprocessing.spawn``
-with these. Where mpcompat comes while ``spawn._main`` already runs (the script's own
-``import mpcompat``), :func:`joined_late` takes the parent's channel, and :class:`ExceptHook`
-handles the failure.
+The patches ``multiprocessing.failure_records`` (the step a child is at, what its parent told
+it: ``mp_failure_records.child``) and ``multiprocessing.bootstrap_notes`` (the failures of
+``spawn._main``) wrap ``multiprocessing.spawn`` and call here. Where mpcompat comes while
+``spawn._main`` already runs (the script's own ``import mpcompat``), :class:`ExceptHook` handles
+the failure.
 """
-import functools
 import os
 import sys
 
-from mpcompat.child_failures import channel
-from mpcompat.workers.user_frames import without_own_frames
+from mpcompat.patches.mp_failure_records import IMPORTING, child
 
 _UNPICKLING = "unpickling the process object its parent sent"
-IMPORTING = "importing the main module %s as __mp_main__"
 _DONE = "_mpcompat_start_failure"
-
-
-class _Child(object):
-    """``stage``: what ``spawn._main`` does in this child (:func:`staged`); ``importing``: the
-    main module being imported when mpcompat came with it."""
-    stage = importing = None
-
-
-_child = _Child()
-
-
-def staged(stage, hear=False):
-    """A wrapper that sets ``_child.stage`` (``%s``: the first argument) while the wrapped step
-    runs, left set if it fails; ``hear``: the first argument is the preparation data."""
-    def wrap(original):
-        @functools.wraps(original)
-        def staged(arg, *args, **kwargs):
-            if hear:
-                channel.heard_from_parent(arg)
-            outer, _child.stage = _child.stage, stage % arg if "%s" in stage else stage
-            result = original(arg, *args, **kwargs)
-            _child.stage = outer
-            return result
-        return without_own_frames(staged)
-    return wrap
 
 
 def step():
     """In a spawn or forkserver child failing in ``spawn._main``: what it was doing."""
     # spawn makes the main module it imported __main__; it is not so while that import fails.
-    if _child.importing and sys.modules["__main__"].__name__ != "__mp_main__":
-        return IMPORTING % _child.importing
-    return _child.stage or _UNPICKLING
+    if child.importing and sys.modules["__main__"].__name__ != "__mp_main__":
+        return IMPORTING % child.importing
+    return child.stage or _UNPICKLING
 
 
-def joined_late(module):
-    """mpcompat came late into a spawn or forkserver child (the script's ``import mpcompat``):
-    take the parent's channel from a running ``spawn._main``, and note the main module being
-    imported, if it is."""
-    # A frame read: the preparation data the parent sent is held by spawn._main's frame alone.
-    frame = sys._getframe(1)
-    while frame is not None and (frame.f_code.co_name != "_main" or
-                                 frame.f_globals is not module.__dict__):
-        frame = frame.f_back
-    if frame is None:
-        return  # a fork child, or a forkserver importing the main module (Python 3.14+)
-    channel.heard_from_parent(frame.f_locals.get("preparation_data"))
-    main = sys.modules.get("__mp_main__")
-    if main is not None and main is not sys.modules.get("__main__"):  # runpy's, while it runs
-        _child.importing = getattr(main.__spec__, "name", None) or main.__file__
-
-
-def hooked(original, errors, on_error):
-    """``original``, calling ``on_error(exc)`` for an error of type ``errors`` it raises; when
-    that returns a string, it is printed instead of the traceback (nothing for ""), and the
-    process exits with code 1; None: the error goes on."""
-    @functools.wraps(original)
-    def hooked(*args, **kwargs):
-        try:
-            return original(*args, **kwargs)
-        except errors as exc:
-            line = None
-            try:
-                line = on_error(exc)
-            except Exception:
-                pass
-            if line is None:
-                raise
-        _print(line)
-        raise SystemExit(1)  # spawn_main exits with it; a forkserver child exits 1 in any case
-    return hooked
-
-
-def _print(line):
+def print_line(line):
+    """Write ``line`` (what a failing child says instead of its traceback) to stderr."""
     if not line:
         return
     try:
@@ -143,6 +78,7 @@ def start_failed(exc):
         if exc.__dict__.get(_DONE):
             return None
         exc.__dict__[_DONE] = True
+        from mpcompat.child_failures import channel
         from mpcompat.diagnose.notes import note_missing_attribute, start_failure_line
         note_missing_attribute(exc)
         named = channel.named_by()
@@ -168,5 +104,5 @@ class ExceptHook(object):
             # before Process._bootstrap, which reports what it runs itself
             line = start_failed(value)
             if line is not None:
-                return _print(line)
+                return print_line(line)
         return (self.previous or sys.__excepthook__)(etype, value, tb)

@@ -76,16 +76,16 @@ def default_start_method(method):
     """Make ``method`` multiprocessing's default start method here, as if this platform
     defaulted to it: the start method stays unset (``set_start_method`` works without
     ``force``); torch uses this default too."""
-    from mpcompat.patching import importhook
+    from mpcompat import activation
 
     def apply(context):
         try:  # private names, the same on Python 3.8 to 3.14
             context._default_context._default_context = context._concrete_contexts[method]
-        except Exception as exc:  # importhook would drop it silently
+        except Exception as exc:  # the hook would drop it silently
             if sys.stderr is not None:
                 sys.stderr.write("mpcompat run: could not make %r the default start method "
                                  "(%s: %s)\n" % (method, type(exc).__name__, exc))
     if "multiprocessing.context" in sys.modules:
         apply(sys.modules["multiprocessing.context"])
     else:
-        importhook.watch("multiprocessing.context", apply)
+        activation.watch("multiprocessing.context", apply)

@@ -109,14 +109,6 @@ _CANNOT_PASS = ("finished its bootstrapping phase", "on <module '__main__'",
                 "module '__mp_main__' has no attribute")
 
 
-def cannot_pass(record):
-    """Whether the start-up error of ``record`` (``mpcompat.child_failures.channel``) fails
-    every new worker alike: the main-guard error, a name missing in the main module."""
-    error = record.error or ""
-    return error.startswith(("RuntimeError", "AttributeError")) and any(
-        text in error for text in _CANNOT_PASS)
-
-
 def explanation_of(exc):
     """The :class:`~mpcompat.diagnose.Explanation` of the pickling note on ``exc``, or None."""
     return getattr(getattr(exc, "__dict__", {}).get(_REPORT), "value", None)

@@ -1,2 +1,2 @@
 """The patches: one module per patch (``apply(module)``, ``revert(module)``), named by its row
-of the table in ``mpcompat.patches.table``, imported only when its target module is."""
+of the table in ``mpcompat.patching``, imported only when its target module is."""

@@ -6,17 +6,15 @@ The manager thread's ``terminate_broken(cause)`` adds the dead workers to ``caus
 raises; ``_process_worker`` (pickled by reference: a plain function) records an error escaping
 it, and the error of an initializer that raised. Python 3.8: not needed.
 
-Everything the manager thread runs is imported here, never in that thread (the fork rule).
+Everything the manager thread runs is loaded as the executor starts it, in the user's thread
+(``_start_executor_manager_thread``), never in that thread (the fork rule); a worker loads what
+it needs only to record its error.
 """
 import functools
 from concurrent.futures import _base
 from multiprocessing.connection import wait
 
-from mpcompat.patching.patcher import Patcher
-from mpcompat.patching.spec import NotNeeded
-from mpcompat.child_failures import channel
-from mpcompat.child_failures.exits import dead_lines, describe_exit
-from mpcompat.workers.user_frames import drop_own_frames
+from mpcompat.patching import NotNeeded, Patcher
 
 patcher = Patcher()
 INITIALIZING = "running its initializer"
@@ -26,6 +24,7 @@ _NOTE = "_mpcompat_dead_workers"
 
 def describe_dead(processes):
     """A note naming each process of ``processes`` (``{pid: Process}``) that ended, or None."""
+    from mpcompat.child_failures import channel, exits  # loaded as the manager thread started
     processes = dict(processes)
     ready = set(wait([p.sentinel for p in processes.values()], timeout=0))
     lines = []
@@ -38,12 +37,12 @@ def describe_dead(processes):
             continue
         record = channel.take(pid)
         # A worker whose initializer raised returns: its error says why, "exit code 0" does not.
-        how = ": " + describe_exit(code, pid) if code or not record else ""
+        how = ": " + exits.describe_exit(code, pid) if code or not record else ""
         lines.append("ProcessPoolExecutor worker process %d ended%s." % (pid, how))
         if code == 0 and not record:
             lines.append("A worker ends so when its initializer raised (the traceback is on its "
                          "stderr) or a task called os._exit(0).")
-        lines += dead_lines(code, record, pid=pid)
+        lines += exits.dead_lines(code, record, pid=pid)
     return channel.PREFIX + "\n".join(lines) if lines else None
 
 
@@ -66,6 +65,16 @@ class _BrokenWithNote(object):
 def _keep_note(executor, note):
     if executor is not None:
         executor.__dict__[_NOTE] = note
+
+
+def _start_manager(original):
+    @functools.wraps(original)
+    def _start_executor_manager_thread(self, *args, **kwargs):
+        # What the manager thread needs, before it starts: the user's thread (the fork rule).
+        from mpcompat.child_failures import exits, memory_evidence  # noqa: F401
+        with memory_evidence.batch():  # the workers it starts (fork) share one reading
+            return original(self, *args, **kwargs)
+    return _start_executor_manager_thread
 
 
 def _terminate_broken(original):
@@ -104,6 +113,7 @@ def _record_initializer_error(calls, log_record):
     """A filter of the worker's ``concurrent.futures`` logger: CPython logs the error of an
     initializer that raised and returns (the worker exits with code 0); record that error."""
     if calls.what == INITIALIZING and log_record.exc_info:
+        from mpcompat.child_failures import channel  # the worker's own thread
         channel.record(log_record.exc_info[1], what=INITIALIZING)
     return True
 
@@ -117,7 +127,10 @@ def _recording_worker(original):
         try:
             return original(calls, *args, **kwargs)
         except BaseException as exc:
-            if calls.what == UNPICKLING:  # in the worker's own thread: importing is safe
+            # In the worker's own thread: importing is safe.
+            from mpcompat.child_failures import channel
+            from mpcompat.workers.user_frames import drop_own_frames
+            if calls.what == UNPICKLING:
                 from mpcompat.diagnose.notes import note_missing_attribute
                 note_missing_attribute(exc)
             channel.record(exc, what=calls.what)
@@ -127,13 +140,16 @@ def _recording_worker(original):
 
 
 def apply(module):
-    """Wrap ``terminate_broken``, make ``ProcessPoolExecutor._broken`` carry the note, and
-    replace ``_process_worker`` (concurrent.futures.process)."""
+    """Wrap ``terminate_broken`` and ``_start_executor_manager_thread``, make
+    ``ProcessPoolExecutor._broken`` carry the note, and replace ``_process_worker``
+    (concurrent.futures.process)."""
     manager = getattr(module, "_ExecutorManagerThread", None)
     if manager is None or "terminate_broken" not in manager.__dict__:
         raise NotNeeded("this Python's ProcessPoolExecutor has no terminate_broken to hook "
                         "(Python 3.8): its BrokenProcessPool stays as it is")
     for owner, name, make in ((manager, "terminate_broken", _terminate_broken),
+                              (module.ProcessPoolExecutor, "_start_executor_manager_thread",
+                               _start_manager),
                               (module, "_process_worker", _recording_worker)):
         patcher.replace(owner, name, make(patcher.original(owner, name)))
     patcher.replace(module.ProcessPoolExecutor, "_broken", _BrokenWithNote())

@@ -5,15 +5,37 @@ its parent can learn it (patches.md).
 what kills a spawn or forkserver child inside ``spawn._main`` gains the main-guard note and is
 recorded for the parent. Where mpcompat is activated while ``spawn._main`` already runs (the
 script's own ``import mpcompat``), a chained ``sys.excepthook`` does that instead. The work is
-:mod:`mpcompat.child_failures.spawn_child`'s.
+:mod:`mpcompat.child_failures.spawn_child`'s, loaded when a child fails.
 """
+import functools
 
-from mpcompat.child_failures import spawn_child
-from mpcompat.patching.patcher import ExceptHooks, Patcher
-from mpcompat.patching.spec import Skip
+from mpcompat.patching import ExceptHooks, Patcher
+from mpcompat.patching import Skip
 
 patcher = Patcher()
 hooks = ExceptHooks()
+
+
+def _hooked(original, errors, on_error):
+    """``original``, calling ``spawn_child.<on_error>(exc)`` for an error of type ``errors`` it
+    raises; when that returns a string, it is printed instead of the traceback (nothing for
+    ""), and the process exits with code 1; None: the error goes on."""
+    @functools.wraps(original)
+    def hooked(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        except errors as exc:
+            line = None
+            try:
+                from mpcompat.child_failures import spawn_child  # a failing child's main thread
+                line = getattr(spawn_child, on_error)(exc)
+            except Exception:
+                pass
+            if line is None:
+                raise
+        spawn_child.print_line(line)
+        raise SystemExit(1)  # spawn_main exits with it; a forkserver child exits 1 in any case
+    return hooked
 
 
 def apply(module):
@@ -23,11 +45,11 @@ def apply(module):
             not callable(module.__dict__.get("_main")):
         raise Skip("multiprocessing.spawn has no _check_not_importing_main() or _main()")
     for name, errors, on_error in (("_check_not_importing_main", RuntimeError,
-                                    spawn_child.main_guard_failed),
-                                   ("_main", Exception, spawn_child.start_failed)):
-        patcher.replace(module, name,
-                        spawn_child.hooked(patcher.original(module, name), errors, on_error))
+                                    "main_guard_failed"),
+                                   ("_main", Exception, "start_failed")):
+        patcher.replace(module, name, _hooked(patcher.original(module, name), errors, on_error))
     if getattr(module.process.current_process(), "_inheriting", False):
+        from mpcompat.child_failures import spawn_child
         hooks.install(spawn_child.ExceptHook)
 
 

@@ -1,5 +1,5 @@
 """Patch ``multiprocessing.exit_evidence``: what the kernel measured of each child's end, for the
-reports of dead workers (``mpcompat.child_failures.exits``, ``.memory_evidence``).
+reports of dead workers (``mpcompat.child_failures.memory_evidence``, said by ``.exits``).
 
 ``popen_fork.Popen`` (spawn's and forkserver's derive from it): ``__init__`` reads the OOM kill
 counters just before the child starts; ``poll`` reaps with ``os.wait4`` instead of
@@ -9,34 +9,40 @@ forkserver reaps its own children and sends only their exit status: ``popen_fork
 
 Runs in the Pool's and executors' threads that start and reap workers (the fork rule): all it
 needs is imported as this process starts its first child (``__init__``, in the thread that
-makes the Pool or the executor, before their threads start; ``os.wait4`` imports ``resource``
-at its first call), not with the patch: spawn workers apply it too, and start no child.
+makes the Pool or the executor, before their threads start), not with the patch: spawn workers
+apply it too, and start no child.
 """
 import functools
 import os
 
-from mpcompat.patching.spec import NotNeeded
-from mpcompat.patching.patcher import Patcher
-from mpcompat.workers.user_frames import drop_own_frames
+from mpcompat.patching import NotNeeded
+from mpcompat.patching import Patcher
 
 patcher = Patcher()
+_WAITID = hasattr(os, "waitid") and hasattr(os, "WNOWAIT")
+_ENDED = os.WEXITED | os.WNOHANG | getattr(os, "WNOWAIT", 0) if _WAITID else 0
+_evidence = []  # memory_evidence, loaded by the first start
 
 
 def _init(original):
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):
-        import resource  # noqa: F401  (for os.wait4 in poll: not first in a Pool's thread)
-        from mpcompat.child_failures import memory_evidence
+        if not _evidence:  # the first start: the user's thread
+            import resource  # noqa: F401  (os.wait4 imports it at its first call)
+            from mpcompat.child_failures import memory_evidence
+            _evidence.append(memory_evidence)
+        evidence = _evidence[0]
         try:
-            before = memory_evidence.snapshot()
+            before = evidence.snapshot()
         except Exception:
             before = None
         try:
             original(self, *args, **kwargs)
         except BaseException as exc:
+            from mpcompat.workers.user_frames import drop_own_frames  # loaded by the start
             drop_own_frames(exc)
             raise
-        memory_evidence.started(self.pid, before)
+        evidence.started(self.pid, before)
     return __init__
 
 
@@ -44,6 +50,10 @@ def poll(self, flag=os.WNOHANG):
     """``popen_fork.Popen.poll``, reaping with ``os.wait4``: the exit code, or None."""
     if self.returncode is None:
         try:
+            # Still running? Asked without reaping: a poll (each start polls every child)
+            # builds no struct_rusage for a child that has not ended.
+            if flag and _WAITID and os.waitid(os.P_PID, self.pid, _ENDED) is None:
+                return None
             pid, status, rusage = os.wait4(self.pid, flag)
         except OSError:  # not created yet (CPython's poll says so too)
             return None
@@ -67,11 +77,11 @@ def _forkserver_poll(original):
 
 
 def _reaped(pid, code, rusage, reaper):
-    from mpcompat.child_failures import memory_evidence  # imported as the child started
-    try:
-        memory_evidence.reaped(pid, code, rusage, reaper)
-    except Exception:
-        pass
+    if _evidence:  # else nothing was measured as it started
+        try:
+            _evidence[0].reaped(pid, code, rusage, reaper)
+        except Exception:
+            pass
 
 
 def apply(module):

@@ -1,258 +1,308 @@
-"""Patch ``multiprocessing.failure_records``: the channel that carries a child's start-up error
-to its parent (``mpcompat.child_failures.channel``), and the parent's word on a plain Process
-(patches.md).
+"""Patch ``multiprocessing.failure_records``: what a child leaves for its parent to explain its
+failure (patches.md). Every start pays only for what the parent needs later; a child only for
+its own side; explaining is :mod:`mpcompat.child_failures.exits`' and ``.spawn_child``'s, loaded
+when a failure is seen.
 
-- ``BaseProcess.start`` opens the channel before the first child starts, and tells it the new
-  child's pid: records are read from it, and one an earlier child with that pid left untaken is
-  dropped.
-- ``spawn.get_preparation_data`` sends its address to a spawn or forkserver child, whose
-  ``spawn.prepare`` takes it before the main module is imported; ``prepare`` and that import
-  also name the step a record names (``spawn_child.step``).
-- ``BaseProcess._bootstrap``, which runs in every child as it starts, points ``faulthandler``
-  at a file its parent reads when the child crashes (``mpcompat.child_failures.crash_stacks``); the
-  start names the crash file's path in the child; ``join`` and ``is_alive`` (a terminated
-  Pool's workers are not all joined) remove a file no crash wrote.
-- ``BaseProcess.start`` also tells a spawn or forkserver child who names its start-up error
-  (``channel.NAMED``, in its preparation data): the owner of a worker whose patch names it in
-  the error its wait raises, or the parent of a plain ``Process`` (the child prints nothing);
-  nobody for a worker whose owner's patch is off or not applied (the child sends no record,
-  and its one line says all).
-- ``BaseProcess.join``, and ``is_alive`` once it sees the end: a plain ``Process`` (not a worker
-  whose owner names the cause) that exits non-zero after recording why is named once per cause,
-  as an ``MpcompatWarning``; as the process exits (after multiprocessing has joined its
-  children), so is every record still untaken (a ``Process`` nobody joined), at the line that
-  started it.
+- ``BaseProcess.start``: the parent's side (``mpcompat.child_failures.channel``), loaded as the
+  first child starts, in the user's thread (a Pool's helper threads only restart workers):
+  the failure channel opens, each child's pid is told to it (records are read from it, one an
+  earlier child with that pid left untaken is dropped), the child is told the path of its
+  crash file, a plain Process is remembered with the line that started it.
+- ``spawn.get_preparation_data`` sends the channel's address to a spawn or forkserver child,
+  and who names the child's start-up error (:data:`NAMED`: the owner of a worker whose patch
+  names it in the error its wait raises, or the parent of a plain ``Process``; nobody for a
+  worker whose owner's patch is off or not applied: the child sends no record, and its one
+  line says all). The child's ``spawn.prepare`` takes both before the main module is imported
+  (:data:`child`); ``prepare`` and that import also name the step a record names. The child
+  loads the channel only to send a record.
+- ``BaseProcess._bootstrap``, as a child starts, creates its crash file and points
+  ``faulthandler`` at it (:func:`arm`): a crash in native code (SIGSEGV, SIGBUS, SIGABRT,
+  SIGFPE, SIGILL) writes the Python stack there, which the parent reads; a child that ends
+  without crashing removes it (:func:`disarm`). A torchrun rank, which its agent starts with
+  ``subprocess``, arms from its environment (:func:`arm_inherited`). Handlers installed before
+  are chained: faulthandler restores the handler it found and raises the signal again; torch
+  installs its own in a DataLoader worker after this start, and faulthandler is enabled again
+  after them (:func:`_chain_after_torch`). A program's own faulthandler (``PYTHONFAULTHANDLER``,
+  ``-X faulthandler``, ``-X dev``, ``faulthandler.enable()`` inherited by a fork) is left
+  writing where it writes: faulthandler has one file, and the program asked for its dump there.
+- ``BaseProcess.join``, and ``is_alive`` once it sees the end: a crash file no crash wrote is
+  removed; a plain ``Process`` (not a worker whose owner names the cause) that exits non-zero
+  after recording why is named once per cause, as an ``MpcompatWarning``; as the process exits
+  (after multiprocessing has joined its children), so is every record still untaken (a
+  ``Process`` nobody joined), at the line that started it.
 - ``forkserver.connect_to_new_process``: a forkserver that died says so (``exits.forkserver_died``);
-  ``forkserver.main`` loads once the patches its children would each load (:func:`_preload`).
+  ``forkserver.main``, where it is patched, loads as it forks its first child the patches its
+  children would each load (:func:`_preload`).
 
-Plain functions, not wrapt: the standard-library patches do not import it.
+Plain functions, not wrapt: the standard-library patches do not import it. What the helper
+threads of Pools and executors run here imports nothing.
 """
-import collections
+import faulthandler
 import functools
 import os
-import signal
 import sys
-import threading
-import types
+from types import SimpleNamespace
 
-from mpcompat.child_failures import channel, crash_stacks, spawn_child  # here: Pool helper
-from mpcompat.patching.patcher import Patcher  # threads start
-from mpcompat.workers.user_frames import without_own_frames
+from mpcompat.patching import Patcher
 
 patcher = Patcher()
-# Targets whose owners name a dead worker's cause in their own error.
-_OWNED = ("multiprocessing.pool", "concurrent.futures.process", "torch.")
-_OWNED_MARK = "_mpcompat_owner_names_failures"
-_ENDED_MARK = "_mpcompat_ended"
-_NAMED_MARK = "_mpcompat_named"  # a plain Process whose end was looked into
-# Worker targets, and the patch whose error (the one its owner's wait raises) names a worker
-# that failed while starting: while it is applied, such a worker prints nothing.
-_NAMED_BY = {
-    ("multiprocessing.pool", "worker"): "mpcompat.patches.mp_pool_workers",
-    ("concurrent.futures.process", "_process_worker"): "mpcompat.patches.futures_process_workers",
-    ("torch.utils.data._utils.worker", "_worker_loop"):
-        "mpcompat.patches.torch_dataloader_workers",
-    ("torch.multiprocessing.spawn", "_wrap"): "mpcompat.patches.torch_spawn_errors",
-}
-_starting = threading.local()  # named: who names the start-up error of the child it starts
-# pid -> name of each plain Process started and not seen ended yet (join, is_alive)
-_plain = collections.OrderedDict()  # (and where: the file and line that called start())
-_MAX_PLAIN = 100000
-_REPORT_PRIORITY = channel.CLOSE_PRIORITY + 1  # at exit: after the children, before the close
-_reporting = {}  # pid -> the finalizer that names the untaken records as this process exits
+KEY = "mpcompat_failure_channel"  # in the preparation data of spawn and forkserver children
+NAMED = "mpcompat_failure_named"  # there too: who names the child's start-up error
+CRASH_KEY = "mpcompat_crash_file"  # in a child's process object's _config: its crash file
+CRASH_ENV = "MPCOMPAT_CRASH_FILES"  # the same, in the environment a torchrun agent gives its ranks
+IMPORTING = "importing the main module %s as __mp_main__"
+_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) |
+          getattr(os, "O_CLOEXEC", 0))
+# all_threads=False (the crashing thread's stack), and from 3.14 c_stack=False: the parent
+# shows the Python stack; a C one is addresses. Positional: a keyword dict costs a fork child.
+_ENABLE = (False,) if sys.version_info < (3, 14) else (False, False)
+_TORCH_SIGNALS = "torch.utils.data._utils.signal_handling"
+# Written (zeros) into each crash file as the child starts: a crash that comes when /dev/shm is
+# full (the very SIGBUS of shared memory running out) still has room for its stack.
+_RESERVED = bytes(8192)
+
+# The parent's side, loaded by the first start in this process (pid): the channel module.
+parent = SimpleNamespace(pid=None, channel=None)
+# In a spawn or forkserver child starting up (spawn._main): stage, what it does (_staged);
+# importing, the main module being imported when mpcompat came with it; told, (pid, the
+# parent's channel, who names its start-up error) from its preparation data. Read by
+# child_failures.spawn_child and .channel when a step fails.
+child = SimpleNamespace(stage=None, importing=None, told=None)
+# This process's own crash file: armed, (pid, fd, path) while faulthandler writes to it; user,
+# the program's own faulthandler was on as this child started.
+crash = SimpleNamespace(armed=None, user=False)
+_preloaded = []  # a forkserver's: True once it loaded what its children need
 
 
-# Exit codes of native crashes (SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL): never the parent's
-# own terminate() or kill().
-_CRASH_CODES = frozenset(-getattr(signal, name) for name in (
-    "SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL") if hasattr(signal, name))
+def _channel():
+    """The parent's side (``mpcompat.child_failures.channel``), loaded and the channel opened
+    by the first start in this process (or in a fork child that starts its own), or None where
+    that failed."""
+    if parent.pid != os.getpid():
+        parent.pid, parent.channel = os.getpid(), None
+        try:
+            from mpcompat.child_failures import channel
+            from mpcompat.workers import user_frames  # noqa: F401  (_drop_own_frames', anywhere)
+            channel.listen()
+            parent.channel = channel
+        except Exception:
+            pass
+    return parent.channel
+
+
+def _drop_own_frames(exc):
+    """``user_frames.drop_own_frames``: loaded already where a child was started (a helper
+    thread imports nothing)."""
+    from mpcompat.workers.user_frames import drop_own_frames
+    drop_own_frames(exc)
 
 
 def _start(original):
     @functools.wraps(original)
     def start(self):
-        channel.listen()
-        _report_at_exit()
-        # Read before: start() deletes the target (bpo-30775).
-        target = getattr(self, "_target", None)
-        module = getattr(target, "__module__", None) or ""
-        owned = module.startswith(_OWNED)
-        named = _named_by(target, getattr(self, "_args", ()), owned)
-        since = channel.starting()
-        crash_stacks.prepare(self)
-        _starting.named = named
+        channel = parent.channel if parent.pid == os.getpid() else _channel()
         try:
-            original(self)
-        finally:
-            _starting.named = None
-            channel.started(self.pid, since)
-        if owned:
-            self.__dict__[_OWNED_MARK] = True
-        elif self.pid is not None:
-            caller = _outside_mpcompat(sys._getframe(1))
-            _plain[self.pid] = (self.name, caller.f_code.co_filename, caller.f_lineno)
-            if len(_plain) > _MAX_PLAIN:
-                _plain.popitem(last=False)
-    return without_own_frames(start)
-
-
-def _named_by(target, args, owned):
-    """Who names the start-up error of a child with ``target`` (``channel.NAMED``): the owner
-    of a known worker whose patch is applied (a Pool's worker only with its channel: a Pool that
-    runs as the standard library's names nothing), the parent for a plain Process, else
-    nobody (None: not sent)."""
-    if not owned:
-        return channel.BY_OWNER  # the parent warns
-    key = (getattr(target, "__module__", None), getattr(target, "__qualname__", None))
-    patch = sys.modules.get(_NAMED_BY.get(key, ""))
-    try:
-        if patch is None or not patch.patcher.applied():
-            return None
-    except Exception:
-        return None
-    if key[0] == "multiprocessing.pool" and not (
-            args and type(args[0]) is types.SimpleNamespace and hasattr(args[0], "conn")):
-        return None
-    return channel.BY_OWNER
+            if channel is None:
+                return original(self)
+            channel.start_child(self, original)
+        except BaseException as exc:
+            _drop_own_frames(exc)
+            raise
+    return start
 
 
 def _join(original):
     @functools.wraps(original)
     def join(self, timeout=None):
-        original(self, timeout)
-        _ended(self)
-        if self.exitcode is not None:
-            _name_end(self)
-    return without_own_frames(join)
-
-
-def _name_end(process, measured=True):
-    """``process`` has ended (join; is_alive, ``measured`` False): a plain Process that exited
-    non-zero is named, once, with what it recorded (a warning per cause), or, at join, what was
-    measured (is_alive leaves a crash to join, which reads its stack)."""
-    state = process.__dict__
-    if state.get(_OWNED_MARK) or state.get(_NAMED_MARK) is True or \
-            (not measured and state.get(_NAMED_MARK) == "looked"):
-        return
-    try:
-        record = channel.take(process.pid) if process.exitcode else None
-        if record is not None:  # warn, once per cause, with what the child recorded
-            _warn_record(record, "Process %r" % process.name, at=_exit_join_at(process))
-        elif process.exitcode and not measured:
-            state[_NAMED_MARK] = "looked"  # is_alive looks once; join measures
-            return
-        elif process.exitcode:
-            _died_unheard(process)
-    except Exception:
-        pass
-    state[_NAMED_MARK] = True
-    _plain.pop(process.pid, None)
-
-
-def _outside_mpcompat(frame):
-    """The first frame from ``frame`` outward that is not mpcompat's (the outermost if all
-    are)."""
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(
-            "mpcompat."):
-        frame = frame.f_back
-    return frame
-
-
-def _exit_join_at(process):
-    """The line that started ``process`` when multiprocessing itself joins it as this process
-    exits (no line of the user's is on the stack then), else None: the user's frame."""
-    frame = _outside_mpcompat(sys._getframe(1))
-    started = _plain.get(process.pid)
-    at_exit = frame.f_globals.get("__name__") == "multiprocessing.util"
-    return started[1:] if started is not None and at_exit else None
-
-
-def _warn_record(record, what, at=None):
-    from mpcompat.errors import warn
-    note = channel.describe_records([record], what)
-    warn(note[len(channel.PREFIX):], key=repr(record.alike()), at=at)
-
-
-def _report_at_exit():
-    """Once per process: as it exits, after multiprocessing has joined or terminated its
-    children, name the records of plain Processes nobody took (never joined, nor seen ended;
-    a worker's are its owner's to name)."""
-    pid = os.getpid()
-    if pid not in _reporting:
         try:
-            from multiprocessing import util  # the first start: in the user's thread
-            _reporting[pid] = util.Finalize(None, _name_untaken, exitpriority=_REPORT_PRIORITY)
-        except Exception:
-            pass
-
-
-def _name_untaken():
-    try:
-        for record in channel.untaken():
-            started = _plain.pop(record.pid, None)
-            if started is not None:
-                _warn_record(record, "Process %r" % started[0], at=started[1:])
-    except Exception:
-        pass
-
-
-def _died_unheard(process):
-    """A plain Process ended with no record: warn, once per cause, when what ended it was not
-    the parent's doing (a native crash; a SIGKILL the OOM killer is shown to have sent), with
-    what was measured."""
-    from mpcompat.child_failures import exits
-    lines = exits.dead_lines(process.exitcode, None, pid=process.pid)
-    how = exits.describe_exit(process.exitcode, process.pid)
-    if process.exitcode in _CRASH_CODES or "OOM killer" in how:
-        from mpcompat.errors import warn
-        warn("Process %r (pid %d) was %s.\n%s" % (process.name, process.pid, how,
-                                                   "\n".join(lines)),
-             key="process-%s" % how)
+            original(self, timeout)
+        except BaseException as exc:
+            _drop_own_frames(exc)
+            raise
+        if self.exitcode is not None and parent.channel is not None:
+            parent.channel.ended(self)
+    return join
 
 
 def _is_alive(original):
     @functools.wraps(original)
     def is_alive(self):
         alive = original(self)
-        if not alive:
-            _ended(self)  # a Pool's terminate() joins only the workers still alive
-            _name_end(self, measured=False)  # a plain Process polled, maybe never joined
+        if not alive and parent.channel is not None:
+            # A Pool's terminate() joins only the workers still alive; a plain Process may be
+            # polled and never joined.
+            parent.channel.ended(self, measured=False)
         return alive
     return is_alive
 
 
-def _ended(process):
-    """``process`` has ended, or was never started: remove the crash file it may have left
-    without crashing, once."""
-    if process.exitcode and not process.__dict__.get(_ENDED_MARK):
-        process.__dict__[_ENDED_MARK] = True
-        crash_stacks.joined(process.pid, process.exitcode)
-
+# --- a child as it starts ----------------------------------------------------------------------
 
 def _bootstrap(original):
     @functools.wraps(original)
     def bootstrap(self, *args, **kwargs):
-        crash_stacks.arm(self)
+        prefix = self._config.get(CRASH_KEY)
+        if prefix is None:
+            return original(self, *args, **kwargs)
+        arm(prefix)
         try:
             return original(self, *args, **kwargs)
         finally:
-            crash_stacks.disarm()
+            disarm()
     return bootstrap
 
 
+def arm(prefix):
+    """In a child as it starts (``prefix``: its crash file's path but the pid, as its parent
+    named it): point faulthandler at its crash file, unless the program's own faulthandler is
+    on. Never raises."""
+    # One flat function: a fresh fork child pays a copy-on-write fault for each page it
+    # first writes, object reference counts included, so every object touched here costs.
+    try:
+        pid = os.getpid()
+        own = prefix + str(pid)
+        armed = crash.armed  # a fork child inherits its parent's, and its descriptor
+        if armed is None and faulthandler.is_enabled():
+            crash.user = True
+            if os.path.exists(own):
+                os.unlink(own)  # a file another child with this pid left, unread
+        else:
+            try:
+                fd = os.open(own, _FLAGS, 0o600)
+            except FileExistsError:  # left by an earlier child with this pid, unread
+                os.unlink(own)
+                fd = os.open(own, _FLAGS, 0o600)
+            os.pwrite(fd, _RESERVED, 0)  # the offset stays 0, where faulthandler writes
+            faulthandler.enable(fd, *_ENABLE)
+            crash.armed, crash.user = (pid, fd, own), False
+            if armed is not None:
+                os.close(armed[1])
+        if _TORCH_SIGNALS in sys.modules:
+            _chain_after_torch()
+    except Exception:
+        pass
+
+
+def arm_inherited():
+    """In a process started by a parent that shared its crash files' path
+    (``channel.share_with_children``: a torchrun rank): arm as :func:`arm` does; the file goes
+    at exit. Never raises."""
+    prefix = os.environ.get(CRASH_ENV)
+    if prefix:
+        import atexit
+        arm(prefix)
+        atexit.register(disarm)
+
+
+def disarm():
+    """In a child that ends without crashing: remove its crash file (faulthandler keeps the
+    descriptor: closing it could let a later crash write into a file opened after). Never
+    raises."""
+    armed = crash.armed
+    if armed is not None and armed[0] == os.getpid():
+        try:
+            os.unlink(armed[2])
+        except OSError:
+            pass
+
+
+def _chain_after_torch():
+    """In a DataLoader worker: torch sets its SIGSEGV, SIGBUS and SIGFPE handlers as its loop
+    starts, replacing faulthandler's; enable faulthandler again after them, so that it writes
+    the stack, then calls torch's handler (which prints its own message and dies)."""
+    module = sys.modules.get(_TORCH_SIGNALS)
+    original = getattr(module, "_set_worker_signal_handlers", None)
+    if original is None or getattr(original, "_mpcompat_chained", False):
+        return
+
+    def _set_worker_signal_handlers(*args, **kwargs):
+        mine = crash.armed is not None and crash.armed[0] == os.getpid()
+        if mine or crash.user:
+            # disable() puts back the handlers faulthandler replaced: torch's must come after.
+            faulthandler.disable()
+        result = original(*args, **kwargs)
+        if mine:
+            faulthandler.enable(crash.armed[1], *_ENABLE)
+        elif crash.user:
+            # The program's own faulthandler, back (to stderr, its default: the file it was
+            # given cannot be read back), where torch alone would leave it no signal.
+            faulthandler.enable(file=2, all_threads=True)
+        return result
+    _set_worker_signal_handlers._mpcompat_chained = True
+    module._set_worker_signal_handlers = _set_worker_signal_handlers
+
+
+# --- multiprocessing.spawn: a spawn or forkserver child starting up ------------------------------
+
 def _get_preparation_data(original):
     @functools.wraps(original)
-    def get_preparation_data(*args, **kwargs):
-        data = original(*args, **kwargs)
-        address = channel.address()
+    def get_preparation_data(name, *args, **kwargs):
+        try:
+            data = original(name, *args, **kwargs)
+        except BaseException as exc:
+            _drop_own_frames(exc)
+            raise
+        channel = parent.channel
+        address = channel.address() if channel is not None else None
         if address is not None and isinstance(data, dict):
-            data[channel.KEY] = address  # prepare() ignores keys it does not know
-            named = getattr(_starting, "named", None)  # set by start(), in this thread
+            data[KEY] = address  # prepare() ignores keys it does not know
+            named = channel.named_for(name, sys._getframe(1))
             if named is not None:
-                data[channel.NAMED] = named
+                data[NAMED] = named
         return data
-    return without_own_frames(get_preparation_data)
+    return get_preparation_data
 
+
+def hear_from_parent(data):
+    """In a spawn or forkserver child: ``data``, the preparation data its parent sent, may name
+    the parent's channel (:data:`KEY`), and who names this child's start-up error
+    (:data:`NAMED`)."""
+    value = data.get(KEY) if isinstance(data, dict) else None
+    if isinstance(value, str) and value:
+        child.told = (os.getpid(), value, data.get(NAMED))
+
+
+def joined_late():
+    """Where mpcompat came while ``spawn._main`` runs (the script's ``import mpcompat`` as the
+    child imports its main module or unpickles what its parent sent: its ``prepare`` was not
+    wrapped): take the parent's channel from ``spawn._main``, and note the main module being
+    imported, if it is. Nothing where no ``spawn._main`` runs (a parent, a fork child)."""
+    # A frame read: the preparation data the parent sent is held by spawn._main's frame alone.
+    spawn = sys.modules.get("multiprocessing.spawn")
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_name != "_main" or
+                                 frame.f_globals is not getattr(spawn, "__dict__", None)):
+        frame = frame.f_back
+    if frame is None:
+        return
+    hear_from_parent(frame.f_locals.get("preparation_data"))
+    main = sys.modules.get("__mp_main__")
+    if main is not None and main is not sys.modules.get("__main__"):  # runpy's, while it runs
+        child.importing = getattr(main.__spec__, "name", None) or main.__file__
+
+
+def _staged(stage, hear=False):
+    """A wrapper that sets ``child.stage`` (``%s``: the first argument) while the wrapped step
+    runs, left set if it fails; ``hear``: the first argument is the preparation data
+    (:func:`hear_from_parent`)."""
+    def wrap(original):
+        @functools.wraps(original)
+        def staged(arg, *args, **kwargs):
+            if hear:
+                hear_from_parent(arg)
+            outer, child.stage = child.stage, stage % arg if "%s" in stage else stage
+            try:
+                result = original(arg, *args, **kwargs)
+            except BaseException as exc:
+                _drop_own_frames(exc)
+                raise
+            child.stage = outer
+            return result
+        return staged
+    return wrap
+
+
+# --- multiprocessing.forkserver ------------------------------------------------------------------
 
 def _connect_to_new_process(original, module):
     @functools.wraps(original)
@@ -261,24 +311,31 @@ def _connect_to_new_process(original, module):
             return original(fds)
         except (OSError, EOFError) as exc:
             server = getattr(module, "_forkserver", None)
-            from mpcompat.child_failures.exits import forkserver_died  # loaded by apply()
+            from mpcompat.child_failures.exits import forkserver_died
             forkserver_died(exc, getattr(server, "_forkserver_pid", None))
+            _drop_own_frames(exc)
             raise
-    return without_own_frames(connect_to_new_process)
+    return connect_to_new_process
 
 
 def _serving(original):
     @functools.wraps(original)
     def main(*args, **kwargs):
-        _preload()
+        # The forkserver itself starts no child of the user's: it loads nothing until it forks.
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(before=_preload)
         return original(*args, **kwargs)
-    return without_own_frames(main)
+    return main
 
 
 def _preload():
-    """In a forkserver, before it serves: load once the patches of the multiprocessing modules
-    it has not imported (a Pool's ``multiprocessing.pool``), which each child it forks would
-    load again when it imports them. Never raises."""
+    """In a forkserver, before the first child it forks (an ``os.register_at_fork`` hook, in
+    its one thread): load once what each child it forks would load again as it starts, the
+    patches of the multiprocessing modules the children import (a Pool's
+    ``multiprocessing.pool``). Never raises."""
+    if _preloaded:
+        return
+    _preloaded.append(True)
     try:
         from mpcompat.activation import ensure_armed
         ensure_armed().preload("multiprocessing.")
@@ -299,23 +356,16 @@ def apply(module):
         return
     if module.__name__ == "multiprocessing.process":
         cls = module.BaseProcess
-        patcher.replace(cls, "start", _start(patcher.original(cls, "start")))
-        patcher.replace(cls, "join", _join(patcher.original(cls, "join")))
-        patcher.replace(cls, "is_alive", _is_alive(patcher.original(cls, "is_alive")))
-        patcher.replace(cls, "_bootstrap", _bootstrap(patcher.original(cls, "_bootstrap")))
-        if not channel.spawn_child_starting():
-            # what describe_records() needs, in a parent
-            import mpcompat.child_failures.exits  # noqa: F401
+        for name, wrap in (("start", _start), ("join", _join), ("is_alive", _is_alive),
+                           ("_bootstrap", _bootstrap)):
+            patcher.replace(cls, name, wrap(patcher.original(cls, name)))
         return
     for name, wrap in (("get_preparation_data", _get_preparation_data),
-                       ("prepare", spawn_child.staged("preparing to run what its parent sent",
-                                                      hear=True)),
-                       ("_fixup_main_from_path", spawn_child.staged(spawn_child.IMPORTING)),
-                       ("_fixup_main_from_name", spawn_child.staged(spawn_child.IMPORTING))):
+                       ("prepare", _staged("preparing to run what its parent sent", hear=True)),
+                       ("_fixup_main_from_path", _staged(IMPORTING)),
+                       ("_fixup_main_from_name", _staged(IMPORTING))):
         patcher.replace(module, name, wrap(patcher.original(module, name)))
-    process = module.process
-    if getattr(process.current_process(), "_inheriting", False) or process.parent_process():
-        spawn_child.joined_late(module)
+    joined_late()  # mpcompat came with the child's import of its main module, maybe
 
 
 def revert(module):

@@ -8,8 +8,8 @@ same three lines inside a ``try`` (no extra call); anything else there is wrappe
 import functools
 import io
 
-from mpcompat.patching.patcher import Patcher
-from mpcompat.patching.spec import Skip
+from mpcompat.patching import Patcher
+from mpcompat.patching import Skip
 
 patcher = Patcher()
 

@@ -4,8 +4,8 @@ nuscenes-devkit sets it to a ``dict_keys`` view (nuscenes-devkit#1155), which no
 pickles. ``__init__`` is wrapped in place (wrapt: the class keeps its identity); after it, a
 ``dict_keys`` ``class_names`` becomes a list in ``class_range`` order.
 """
-from mpcompat.patching.spec import Skip
-from mpcompat.patching.patcher import Patcher
+from mpcompat.patching import Skip
+from mpcompat.patching import Patcher
 
 _DICT_KEYS = type({}.keys())
 patcher = Patcher()

@@ -7,8 +7,8 @@ function is wrapped); those made earlier are named when the patch applies.
 """
 import weakref
 
-from mpcompat.patching.spec import Skip
-from mpcompat.patching.patcher import Patcher
+from mpcompat.patching import Skip
+from mpcompat.patching import Patcher
 
 _TARGET = "torch._jit_internal"
 patcher = Patcher()

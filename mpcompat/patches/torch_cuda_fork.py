@@ -33,8 +33,8 @@ import sys
 import threading
 
 from mpcompat.diagnose.notes import PREFIX, add_note
-from mpcompat.patching.patcher import Patcher
-from mpcompat.patching.spec import NotNeeded, Skip
+from mpcompat.patching import Patcher
+from mpcompat.patching import NotNeeded, Skip
 from mpcompat.workers.user_frames import is_own
 
 TARGET = "torch.cuda"

@@ -4,26 +4,20 @@ In the worker, ``_worker_loop`` (pickled by reference: a plain function) gives t
 an ``_on_queue_feeder_error`` that sends a batch's pickling error instead of dropping it
 (pytorch#142884). In the main process, the "exited unexpectedly" error of
 ``_MultiProcessingDataLoaderIter._try_get_data`` gains how each dead worker ended (its pid, its
-exit code or signal) and the error it recorded.
+exit code or signal) and the error it recorded; its ``__init__`` (``iter()``) starts the workers
+with one reading of the OOM kill counters for all (``memory_evidence.batch``).
 
-Everything is imported here, never later: the worker's feeder thread must not import (the fork
-rule), and this module is imported only with torch (``torch._utils`` is loaded by then).
+What explains a failure (the explainer, the notes, how a worker ended) is loaded when one is
+seen: in the worker's thread that hit it (its main thread, or the queue's feeder thread, which
+pickles batches: a DataLoader worker is daemonic and starts no child of its own), or in the
+main process's thread that iterates.
 """
 import functools
-import inspect
-import pickle
 import sys
-from multiprocessing.reduction import ForkingPickler
 
-from torch._utils import ExceptionWrapper
+from torch._utils import ExceptionWrapper  # loaded with torch, which imports this module
 
-from mpcompat.diagnose.notes import PREFIX, add_note, own_message
-from mpcompat.diagnose.walker import explain_parts
-from mpcompat.patching.spec import Skip
-from mpcompat.patching.patcher import Patcher
-from mpcompat.child_failures import channel, shared_memory
-from mpcompat.workers import started
-from mpcompat.child_failures.exits import dead_lines, describe_exit
+from mpcompat.patching import Patcher, Skip
 
 WORKER = "torch.utils.data._utils.worker"
 LOADER = "torch.utils.data.dataloader"
@@ -32,7 +26,8 @@ patcher = Patcher()
 
 
 def apply(module):
-    """Replace ``_worker_loop`` (worker module) or wrap ``_try_get_data`` (dataloader module)."""
+    """Replace ``_worker_loop`` (worker module), or wrap ``_MultiProcessingDataLoaderIter``'s
+    ``__init__`` and ``_try_get_data`` (dataloader module)."""
     if module.__name__ == WORKER:
         if not callable(module.__dict__.get("_worker_loop")):
             raise Skip("%s has no _worker_loop()" % WORKER)
@@ -40,9 +35,12 @@ def apply(module):
                         _make_worker_loop(patcher.original(module, "_worker_loop")))
     elif module.__name__ == LOADER:
         cls = getattr(module, "_MultiProcessingDataLoaderIter", None)
-        if "_try_get_data" not in getattr(cls, "__dict__", {}):
-            raise Skip("%s has no _MultiProcessingDataLoaderIter._try_get_data" % LOADER)
-        patcher.wrap(cls, "_try_get_data", _try_get_data_wrapper)
+        if "_try_get_data" not in getattr(cls, "__dict__", {}) or \
+                "__init__" not in getattr(cls, "__dict__", {}):
+            raise Skip("%s has no _MultiProcessingDataLoaderIter.__init__ or _try_get_data"
+                       % LOADER)
+        for name, wrap in (("__init__", _starting_workers), ("_try_get_data", _try_get_data)):
+            patcher.replace(cls, name, wrap(patcher.original(cls, name)))
 
 
 def revert(module):
@@ -53,10 +51,13 @@ def revert(module):
 # --- in the worker ----------------------------------------------------------------------------
 
 def _make_worker_loop(original):
+    code = original.__code__
+    names = code.co_varnames[:code.co_argcount]  # not inspect.signature: every worker pays it
+
     @functools.wraps(original)
     def _worker_loop(*args, **kwargs):
         try:
-            bound = inspect.signature(original).bind(*args, **kwargs).arguments
+            bound = dict(zip(names, args), **kwargs)
             queue = bound.get("data_queue")
             if hasattr(type(queue), "_on_queue_feeder_error") and hasattr(queue, "put"):
                 # Read by Queue._start_thread at the first put (3.8-3.13): an instance
@@ -65,7 +66,9 @@ def _make_worker_loop(original):
                     _feeder_error, queue, bound.get("worker_id"))
             # This worker's errors: those of a full /dev/shm carry what was measured.
             original.__globals__["ExceptionWrapper"] = _measuring_wrapper
-            started.run()
+            started = sys.modules.get("mpcompat.workers.started")  # callbacks registered
+            if started is not None:
+                started.run()
         except Exception:  # never keep a worker from running
             pass
         return original(*args, **kwargs)
@@ -80,9 +83,9 @@ def _measuring_wrapper(exc_info=None, where="in background"):
     exc_info = exc_info or sys.exc_info()
     wrapper = ExceptionWrapper(exc_info, where)
     try:
-        if shared_memory.is_shm_error(exc_info[1]):
-            wrapper.mpcompat_shm = (shared_memory.failed_allocation(exc_info[2]),
-                                    shared_memory.usage())
+        from mpcompat.child_failures import exits  # an error, in the worker's main thread
+        if exits.is_shm_error(exc_info[1]):
+            wrapper.mpcompat_shm = (exits.failed_allocation(exc_info[2]), exits.usage())
     except Exception:
         pass
     return wrapper
@@ -102,6 +105,8 @@ def _feeder_error(queue, worker_id, exc, obj):
 
 def _error_for(exc, idx, data, worker_id):
     """An ExceptionWrapper that torch's reraise() turns into the error, with the report."""
+    from multiprocessing.reduction import ForkingPickler
+    from mpcompat.diagnose.notes import add_note, own_message
     where = "in DataLoader worker process %s" % worker_id
     if isinstance(data, ExceptionWrapper):  # an error whose class cannot be pickled
         text = ("mpcompat: the worker's error, %s, could not be sent to the main process "
@@ -122,6 +127,8 @@ def _error_for(exc, idx, data, worker_id):
 
 def _carrier(exc):
     """A new exception of ``exc``'s type with its own message (mpcompat's notes left out)."""
+    import pickle
+    from mpcompat.diagnose.notes import own_message
     message = own_message(exc)
     try:
         carrier = type(exc)(message)
@@ -133,6 +140,8 @@ def _carrier(exc):
 
 
 def _report(exc, idx, data, worker_id, pickler):
+    from mpcompat.diagnose.notes import PREFIX, own_message
+    from mpcompat.diagnose.walker import explain_parts
     header = ("DataLoader worker process %s could not send batch %d of this epoch (counting "
               "from 0) to the main process: pickling it failed, and without mpcompat the main "
               "process would wait for it forever. Everything __getitem__ (and collate_fn) "
@@ -152,46 +161,69 @@ def _report(exc, idx, data, worker_id, pickler):
 
 # --- in the main process ----------------------------------------------------------------------
 
-def _try_get_data_wrapper(wrapped, instance, args, kwargs):
-    """Call ``_try_get_data``; its "exited unexpectedly" error gains how each dead worker ended
+def _starting_workers(original):
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        from mpcompat.child_failures import memory_evidence  # iter(), in the user's thread
+        with memory_evidence.batch():
+            original(self, *args, **kwargs)
+    return __init__
+
+
+def _try_get_data(original):
+    """``_try_get_data``, whose "exited unexpectedly" error gains how each dead worker ended
     (torch's own message may say neither its exit code nor its signal) and their recorded
-    errors."""
-    try:
-        result = wrapped(*args, **kwargs)
-    except RuntimeError as exc:
+    errors (a plain function: wrapt is not loaded for it)."""
+    @functools.wraps(original)
+    def _try_get_data(self, *args, **kwargs):
         try:
-            dead = [w for w in list(getattr(instance, "_workers", ())) if w.exitcode]
-            if dead and not exc.__dict__.get(_NOTED):
-                exc.__dict__[_NOTED] = True
-                lines = []
-                for w in dead:
-                    lines.append("DataLoader worker (pid %d) ended: %s." % (
-                        w.pid, describe_exit(w.exitcode, w.pid)))
-                    lines += dead_lines(w.exitcode, None, pid=w.pid, shm={
-                        "workers": getattr(instance, "_num_workers", None),
-                        "prefetch_factor": getattr(instance, "_prefetch_factor", None)})
-                add_note(exc, PREFIX + "\n".join(lines))
-                note = channel.note_for([w.pid for w in dead], "DataLoader worker")
-                if note:
-                    add_note(exc, note)
-        except Exception:
-            pass
-        from mpcompat.workers.user_frames import drop_own_frames  # the user's thread
-        drop_own_frames(exc)  # torch's error: no frame of this wrapper in its traceback
-        raise
-    item = result[1] if result[0] and type(result[1]) is tuple and len(result[1]) == 2 else None
-    if item is not None and type(item[1]) is ExceptionWrapper and "mpcompat_shm" in \
-            item[1].__dict__:
-        _add_shm_lines(item[1], instance)
-    return result
+            result = original(self, *args, **kwargs)
+        except RuntimeError as exc:
+            _name_dead_workers(exc, self)
+            from mpcompat.workers.user_frames import drop_own_frames  # the user's thread
+            drop_own_frames(exc)  # torch's error: no frame of this wrapper in its traceback
+            raise
+        item = result[1] if result[0] and type(result[1]) is tuple and len(result[1]) == 2 \
+            else None
+        if item is not None and type(item[1]) is ExceptionWrapper and "mpcompat_shm" in \
+                item[1].__dict__:
+            _add_shm_lines(item[1], self)
+        return result
+    return _try_get_data
+
+
+def _name_dead_workers(exc, instance):
+    """The "exited unexpectedly" error ``exc`` of DataLoader iterator ``instance``: add how
+    each dead worker ended and what it recorded, once."""
+    try:
+        dead = [w for w in list(getattr(instance, "_workers", ())) if w.exitcode]
+        if dead and not exc.__dict__.get(_NOTED):
+            from mpcompat.child_failures import channel, exits
+            from mpcompat.diagnose.notes import PREFIX, add_note
+            exc.__dict__[_NOTED] = True
+            lines = []
+            for w in dead:
+                lines.append("DataLoader worker (pid %d) ended: %s." % (
+                    w.pid, exits.describe_exit(w.exitcode, w.pid)))
+                lines += exits.dead_lines(w.exitcode, None, pid=w.pid, shm={
+                    "workers": getattr(instance, "_num_workers", None),
+                    "prefetch_factor": getattr(instance, "_prefetch_factor", None)})
+            add_note(exc, PREFIX + "\n".join(lines))
+            note = channel.note_for([w.pid for w in dead], "DataLoader worker")
+            if note:
+                add_note(exc, note)
+    except Exception:
+        pass
 
 
 def _add_shm_lines(wrapper, loader_iter):
     """A worker's error of a full /dev/shm (see :func:`_measuring_wrapper`): its message,
     which the main process raises, gains the measured facts and the fix."""
     try:
+        from mpcompat.child_failures.exits import shm_lines
+        from mpcompat.diagnose.notes import PREFIX
         batch_bytes, measured = wrapper.__dict__.pop("mpcompat_shm")
-        lines = shared_memory.shm_lines(
+        lines = shm_lines(
             getattr(loader_iter, "_num_workers", None),
             getattr(loader_iter, "_prefetch_factor", None), batch_bytes, measured)
         if lines:

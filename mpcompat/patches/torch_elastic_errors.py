@@ -10,15 +10,15 @@ displaced it (Python keeps the uncaught exception as ``sys.last_value``); neithe
 file that is there already (``@record`` wrote it first). It applies as mpcompat activates in a
 process that has the variable set (its target is ``sys``); torch is never imported for it.
 It also arms the rank's crash file, which its agent named
-(``mpcompat.child_failures.crash_stacks``): a native crash leaves the rank's Python stack there
-for the agent's summary.
+(``mp_failure_records.arm_inherited``): a native crash leaves the rank's Python stack there for
+the agent's summary.
 """
 import atexit
 import os
 import sys
 
-from mpcompat.patching.patcher import ExceptHooks
-from mpcompat.patching.spec import NotNeeded
+from mpcompat.patching import ExceptHooks
+from mpcompat.patching import NotNeeded
 
 ERROR_FILE_VAR = "TORCHELASTIC_ERROR_FILE"
 hooks = ExceptHooks()
@@ -102,8 +102,8 @@ def apply(module):
     if (getattr(module, "argv", None) or [])[1:2] == ["--multiprocessing-fork"]:
         raise NotNeeded("a multiprocessing child of the rank, not the rank")
     hooks.install(_ExceptHook)
-    from mpcompat.child_failures import crash_stacks
-    crash_stacks.arm_inherited()
+    from mpcompat.patches import mp_failure_records
+    mp_failure_records.arm_inherited()
 
 
 def revert(module):

@@ -8,7 +8,7 @@ the rank, from what was measured (``mpcompat.child_failures.exits``: the OOM kil
 sender of SIGKILL, the exit code's meaning) and, for a function entrypoint (``elastic_launch``), the
 cause mpcompat noted on the error torch caught from the rank (a start-up failure, its fix).
 A rank started as a script (not ``multiprocessing``'s) arms the crash file the agent names in
-the environment it inherits (``mpcompat.child_failures.crash_stacks``): a native crash is named with
+the environment it inherits (``mpcompat.child_failures.channel``): a native crash is named with
 the rank's Python stack; the agent's OOM counters, read as the patch applies, stand for those
 read as each rank started. A rank whose error says that a peer is gone (:func:`after_a_peer`)
 failed because another one did: it is dated a second after the agent learnt it, so that the
@@ -25,8 +25,8 @@ import re
 import sys
 import time
 
-from mpcompat.patching.patcher import Patcher
-from mpcompat.patching.spec import Skip
+from mpcompat.patching import Patcher
+from mpcompat.patching import Skip
 
 patcher = Patcher()
 _agent = []  # in the agent: the OOM counters read as the patch applied, before any rank started
@@ -144,8 +144,8 @@ def _post_init(original):
                 self.timestamp = max(self.timestamp, int(time.time()) + 1)
         except Exception:  # the summary goes on with torch's own words
             pass
-        from mpcompat.child_failures import crash_stacks
-        crash_stacks.joined(self.pid, self.exitcode)  # the empty file of a rank killed
+        from mpcompat.child_failures import channel
+        channel.joined(self.pid, self.exitcode)  # the empty file of a rank killed
     __post_init__.__wrapped__ = original
     return __post_init__
 
@@ -160,8 +160,8 @@ def apply(module):
     if error is None or not callable(error.__dict__.get("format_msg")):
         raise Skip("torch's ChildFailedError has no format_msg()")
     if "TORCHELASTIC_ERROR_FILE" not in os.environ:  # not in a rank: maybe the agent
-        from mpcompat.child_failures import crash_stacks, memory_evidence
-        crash_stacks.share_with_children()
+        from mpcompat.child_failures import channel, memory_evidence
+        channel.share_with_children()
         _agent[:] = [memory_evidence.snapshot()]
     patcher.replace(cls, "__post_init__", _post_init(patcher.original(cls, "__post_init__")),
                     target=module.__name__)

@@ -10,8 +10,8 @@ call ends when one exits; workers ``self.processes``).
 """
 from mpcompat.hang_dump import watchdog
 from mpcompat.workers.user_frames import drop_own_frames
-from mpcompat.patching.spec import Skip
-from mpcompat.patching.patcher import Patcher
+from mpcompat.patching import Skip
+from mpcompat.patching import Patcher
 
 NAME = "torch.hang_dump"
 patcher = Patcher()

@@ -1,13 +1,14 @@
 """Patch ``torch.spawn_errors``: a ``torch.multiprocessing.spawn`` child that died is named with
 its cause.
 
-``ProcessExitedException.__init__`` (wrapt) adds what ended the child, from what was measured
-(``mpcompat.child_failures.exits``: an OOM kill, an exit code's meaning), and the start-up failure
-the child recorded (``multiprocessing.bootstrap_notes``, ``mpcompat.child_failures.channel``),
-if any.
+``ProcessExitedException.__init__`` (a plain wrapper: wrapt is not loaded for it) adds what
+ended the child, from what was measured (``mpcompat.child_failures.exits``: an OOM kill, an exit
+code's meaning), and the start-up failure the child recorded (``multiprocessing.bootstrap_notes``,
+``mpcompat.child_failures.channel``), if any; all loaded when one is raised.
 """
-from mpcompat.patching.spec import Skip
-from mpcompat.patching.patcher import Patcher
+import functools
+
+from mpcompat.patching import Patcher, Skip
 
 patcher = Patcher()
 
@@ -17,7 +18,7 @@ def apply(module):
     cls = getattr(module, "ProcessExitedException", None)
     if "__init__" not in getattr(cls, "__dict__", {}):
         raise Skip("%s has no ProcessExitedException.__init__" % module.__name__)
-    patcher.wrap(cls, "__init__", _init_wrapper)
+    patcher.replace(cls, "__init__", _init(patcher.original(cls, "__init__")))
 
 
 def revert(module):
@@ -25,9 +26,17 @@ def revert(module):
     patcher.restore(module)
 
 
-def _init_wrapper(wrapped, instance, args, kwargs):
-    """Build the exception, then add what ended the child and its recorded error, if any."""
-    wrapped(*args, **kwargs)
+def _init(original):
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        _add_cause(self)
+    return __init__
+
+
+def _add_cause(instance):
+    """Add to ``instance`` what ended the child and its recorded error, if any. Never
+    raises."""
     try:
         from mpcompat.diagnose.notes import PREFIX, add_note
         from mpcompat.child_failures import channel

@@ -13,8 +13,8 @@ import shutil  # noqa: F401  get_temp_dir imports them: here, not later (the for
 import tempfile  # noqa: F401
 from multiprocessing import util
 
-from mpcompat.patching.spec import Skip
-from mpcompat.patching.patcher import Patcher
+from mpcompat.patching import Skip
+from mpcompat.patching import Patcher
 from mpcompat.workers.user_frames import without_own_frames
 
 patcher = Patcher()

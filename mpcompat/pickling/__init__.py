@@ -1,3 +1,2 @@
-"""Pickling: ``builtin`` holds the reducers activation registers in ``copyreg.dispatch_table``
-(the dict views, modules), ``registry`` the reducer registry, ``per_process`` the per-process
-handles."""
+"""Pickling helpers beyond the reducers (``mpcompat.reducers``): ``per_process`` holds the
+per-process handles."""

@@ -9,6 +9,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import time
+import types
 
 import pytest
 
@@ -86,7 +87,8 @@ def test_a_record_from_an_earlier_child_with_the_same_pid_is_dropped_at_start():
     process = run_child("fork", h.fail_and_record, "x")
     # What Process.start does around the start of a new child that gets the same pid.
     channel.listen()
-    channel.started(process.pid, channel.starting())
+    again = types.SimpleNamespace(pid=process.pid, name="again", _target=None, _config={})
+    channel.start_child(again, lambda started: None)
     assert channel.take(process.pid) is None
     finish(process)
 

@@ -224,6 +224,8 @@ def test_a_record_sent_before_its_start_returns_is_kept():
 QUIET = COMMON + """
 open_channel()
 child = failed_child()
+print("LOADED", "mpcompat.child_failures.exits" in sys.modules, flush=True)
+from mpcompat.child_failures import exits  # what a Pool or an executor loads as it is made
 before = set(sys.modules)
 channel.listen()
 note = channel.note_for([child.pid], "Pool worker process")
@@ -236,8 +238,11 @@ print("IMPORTED", sorted(set(sys.modules) - before), flush=True)
 
 def test_the_parent_side_imports_nothing_and_nothing_at_start_up():
     """Pool and executor helper threads read the channel: a first import there can freeze a
-    fork child made meanwhile (it inherits the held import lock)."""
+    fork child made meanwhile (it inherits the held import lock). What says a record
+    (``exits``) is not loaded by starts that all went well: a Pool or an executor loads it as it
+    is made, anyone else as a child fails."""
     result = run_python(QUIET, "fork", env=child_env(), timeout=60)
+    assert "LOADED False" in result.stdout, result.stdout + result.stderr
     assert "NOTE True" in result.stdout, result.stdout + result.stderr
     assert "IMPORTED []" in result.stdout, result.stdout + result.stderr
     code = "import sys, mpcompat; print(sorted(m for m in sys.modules if 'workers' in m))"

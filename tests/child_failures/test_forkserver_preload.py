@@ -1,8 +1,9 @@
-"""A forkserver where mpcompat is active from its start loads, before it serves, the patches of
-the multiprocessing modules its children import and it has not (a Pool worker's
+"""A forkserver where mpcompat is active from its start loads, as it forks its first child, the
+patches of the multiprocessing modules its children import (a Pool worker's
 ``multiprocessing.pool``): every child it forks inherits them instead of loading them again
-(the start-up cost of ``Pool(200)`` under forkserver, issue 24). Patches turned off, or waiting
-for an environment variable, are not loaded."""
+(the start-up cost of ``Pool(200)`` under forkserver, issue 24); the server itself starts no
+child of the user's and loads none of them as it starts (issue 34). Patches turned off, or
+waiting for an environment variable, are not loaded."""
 import json
 import os
 
@@ -13,14 +14,22 @@ from testenv import REPO, TESTS
 
 STARTUP = os.path.join(REPO, "mpcompat", "_startup")
 
-# Imported by the forkserver (its preload list) once it has started: what it had then.
+# Imported by the forkserver (its preload list) once it has started: what it had then, and what
+# each child it forks has as it is forked.
 PROBE = r'''
 import os
 import sys
 
 IMPORTED_BY = os.getpid()
-PATCHES = sorted(name.rpartition(".")[2] for name in sys.modules
-                 if name.startswith("mpcompat.patches.mp_"))
+
+
+def patches():
+    return sorted(name.rpartition(".")[2] for name in sys.modules
+                  if name.startswith("mpcompat.patches.mp_"))
+
+
+AT_START, INHERITED = patches(), []
+os.register_at_fork(after_in_child=lambda: INHERITED.extend(patches()))
 '''
 
 SCENARIO = r'''
@@ -34,7 +43,8 @@ def forkserver_patches(_):
     """In a worker: the patch modules its parent, the forkserver, had before it served."""
     probe = sys.modules["forkserver_probe"]
     assert probe.IMPORTED_BY == os.getppid() != os.getpid(), (probe.IMPORTED_BY, os.getppid())
-    return {"active": sys.modules["mpcompat"].is_active(), "patches": probe.PATCHES}
+    return {"active": sys.modules["mpcompat"].is_active(), "at_start": probe.AT_START,
+            "patches": probe.INHERITED}
 
 
 if __name__ == "__main__":
@@ -62,4 +72,5 @@ def test_the_forkserver_loads_the_patches_its_pool_workers_need(tmp_path, env, e
                          **env)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.splitlines()[-1])
-    assert report == {"active": True, "patches": expected}
+    assert report["active"] and report["patches"] == expected, report
+    assert "mp_pool_workers" not in report["at_start"], report

@@ -1,8 +1,8 @@
 """Issue 33: a spawn or forkserver child that fails while starting is told by its parent who
-names its error (``channel.NAMED`` in its preparation data): a worker whose owner's error names
-it prints nothing, and so does a plain Process (its parent names it at join, as it sees it
-ended, at the latest as it exits); a worker whose owner's patch is off prints one line that says
-all, and sends no record (nobody would name it)."""
+names its error (``mp_failure_records.NAMED`` in its preparation data): a worker whose owner's
+error names it prints nothing, and so does a plain Process (its parent names it at join, as it
+sees it ended, at the latest as it exits); a worker whose owner's patch is off prints one line
+that says all, and sends no record (nobody would name it)."""
 import json
 
 from one_report_helpers import run_user_script
@@ -41,7 +41,6 @@ import json, types
 import multiprocessing.pool
 import mpcompat
 from mpcompat.child_failures import channel
-from mpcompat.patches import mp_failure_records as records
 
 def plain():
     pass
@@ -52,17 +51,19 @@ class TorchLike(object):
     def __call__(self):
         pass
 
+multiprocessing.pool.ThreadPool(1).terminate()  # the Pool patch applies as a Pool is made
 worker = multiprocessing.pool.worker
 with_channel = types.SimpleNamespace(conn=None, get=None, put=None)
 print(json.dumps([
-    records._named_by(plain, (), False),
-    records._named_by(worker, (with_channel,), True),
-    records._named_by(worker, (object(),), True),  # a Pool run as the standard library's
-    records._named_by(TorchLike(), (), True),      # an owner that names nothing
+    channel.namer(plain, (), False),
+    channel.namer(worker, (with_channel,), True),
+    channel.namer(worker, (object(),), True),  # a Pool run as the standard library's
+    channel.namer(TorchLike(), (), True),      # an owner that names nothing
 ]))
 mpcompat.deactivate()
 mpcompat.activate(disabled_patches=["multiprocessing.pool_workers"])
-print(json.dumps(records._named_by(multiprocessing.pool.worker, (with_channel,), True)))
+multiprocessing.pool.ThreadPool(1).terminate()
+print(json.dumps(channel.namer(multiprocessing.pool.worker, (with_channel,), True)))
 '''
 
 

@@ -241,16 +241,16 @@ def test_import_loads_no_heavy_module():
 
 
 def test_multiprocessing_patches_import_no_module_of_the_standard_librarys_own():
-    """Every process that imports multiprocessing (a resource tracker, a Process child) loads its
-    patches: they load no module of the standard library that multiprocessing does not load
-    itself (traceback and its linecache, tokenize and textwrap cost a few milliseconds), but
-    faulthandler (built in), for the crash stacks."""
+    """Every process that imports multiprocessing (a Process child) arms its patches: that loads
+    no module of the standard library that multiprocessing does not load itself (traceback and
+    its linecache, tokenize and textwrap cost a few milliseconds); a patch's own module loads at
+    the first use of what it hooks."""
     code = """if 1:
     import sys
     if sys.argv[1] == "on":
         import mpcompat
     import multiprocessing.resource_tracker, multiprocessing.popen_fork
-    assert ("mpcompat.patching.manager" in sys.modules) == (sys.argv[1] == "on")
+    assert ("mpcompat.patching" in sys.modules) == (sys.argv[1] == "on")
     print(" ".join(sorted(m for m in sys.modules if "mpcompat" not in m)))
     """
     loaded = {}
@@ -258,7 +258,7 @@ def test_multiprocessing_patches_import_no_module_of_the_standard_librarys_own()
         proc = run_python(code, mode)
         assert proc.returncode == 0, proc.stderr
         loaded[mode] = set(proc.stdout.split())
-    assert loaded["on"] - loaded["off"] == {"faulthandler"}
+    assert loaded["on"] - loaded["off"] == set()
 
 
 def test_heavy_module_check_can_fail():
@@ -267,27 +267,28 @@ def test_heavy_module_check_can_fail():
     assert proc.stdout.strip() == "True"
 
 
-def test_start_up_defers_copyreg_registry_and_patch_manager():
-    """A fresh interpreter loads the activation, the table and the import hook (small modules,
-    with their packages); the rest waits until it is needed."""
+def test_start_up_defers_copyreg_registry_and_patch_modules():
+    """``import mpcompat`` from a source checkout (no start-up hook to list the targets) loads
+    the activation and the patch layer with its table; the reducers wait for copyreg, and a
+    patch's own module for the first use of what it hooks."""
     code = """if 1:
     import sys
     import mpcompat
     print(sorted(m for m in sys.modules if m.startswith("mpcompat") or m == "copyreg"))
     import pickle  # imports copyreg: the built-in reducers are registered right then
     print(type(pickle.loads(pickle.dumps({"a": 1}.keys()))).__name__)
-    print("mpcompat.patching.manager" in sys.modules)
     import multiprocessing.reduction  # a patch target: the manager arms the patches
+    print("mpcompat.patches.mp_pickling_notes" in sys.modules)
     rows = {p.name: p.state for p in mpcompat.status().patches}
     print("multiprocessing.pickling_notes", rows["multiprocessing.pickling_notes"])
+    multiprocessing.reduction.ForkingPickler.dumps(1)  # its first use
+    print("mpcompat.patches.mp_pickling_notes" in sys.modules)
     """
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert eval(lines[0]) == ["mpcompat", "mpcompat.activation", "mpcompat.patches",
-                              "mpcompat.patches.table", "mpcompat.patching",
-                              "mpcompat.patching.importhook", "mpcompat.patching.spec"]
-    assert lines[1:] == ["dict_keys", "False", "multiprocessing.pickling_notes applied"]
+    assert eval(lines[0]) == ["mpcompat", "mpcompat.activation", "mpcompat.patching"]
+    assert lines[1:] == ["dict_keys", "False", "multiprocessing.pickling_notes applied", "True"]
 
 
 def test_deactivate_before_copyreg_is_imported_registers_nothing_later():

@@ -37,7 +37,7 @@ def test_a_loader_without_an_instance_dict_gets_a_stand_in_that_passes_isinstanc
     out = _run("""if 1:
     import json, sys, types
     import mpcompat
-    from mpcompat.patching import importhook
+    from mpcompat import activation as importhook
     import importlib.abc, importlib.machinery
 
     class SlotLoader(importlib.abc.Loader):

@@ -72,13 +72,13 @@ import copyreg, os, sys, threading, time, types, warnings
 warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads (3.12+)
 import mpcompat
 from mpcompat import activation
-from mpcompat.pickling import registry
+from mpcompat import reducers
 from mpcompat.activation import process_lock
-from mpcompat.patching.patcher import ExceptHooks, Patcher
+from mpcompat.patching import ExceptHooks, Patcher
 patcher, hooks = Patcher(), ExceptHooks()
 held, done = threading.Event(), threading.Event()
 def hold():
-    with process_lock(activation._locks), registry._lock(), \
+    with process_lock(activation._locks), reducers._lock(), \
             process_lock(patcher._locks), process_lock(hooks._locks):
         held.set()
         done.wait()

@@ -1,7 +1,7 @@
 """The patch machinery: table, lenient versions, import hook, manager, status, command line.
 
 Torch-free and library-free: the patches under test are entries added to mpcompat's own table
-(``table.PATCHES``) that point at the tiny patch modules and target modules in
+(``patching.PATCHES``) that point at the tiny patch modules and target modules in
 ``tests/patchkit``. Tests with the real nuscenes-devkit patches live in ``tests/old_stack``.
 """
 import importlib
@@ -15,9 +15,8 @@ import pytest
 
 import mpcompat
 from mpcompat import MpcompatWarning, PatchUnavailable
-from mpcompat.patches import table
-from mpcompat.patching import versions
-from mpcompat.patching.spec import PatchSpec
+from mpcompat import patching
+from mpcompat.patching import PatchSpec
 
 from testenv import REPO, child_env, run_python
 
@@ -42,14 +41,14 @@ def add_patch(monkeypatch):
     mpcompat.deactivate()
     monkeypatch.delenv("MPCOMPAT_DISABLED_PATCHES", raising=False)
     monkeypatch.setenv("MPCOMPAT_WARNED", "")  # each test starts a fresh "process tree"
-    monkeypatch.setattr(table, "PATCHES", table.PATCHES)
+    monkeypatch.setattr(patching, "PATCHES", patching.PATCHES)
     _drop_targets()
 
     def add(name, target=ALPHA, impl="patchkit.good", distributions=(), supported=""):
         spec = PatchSpec(name=name, targets=(target,), distributions=distributions,
                          supported=supported, impl=impl,
                          summary="test patch %s" % name)
-        table.PATCHES = table.PATCHES + (spec,)
+        patching.PATCHES = patching.PATCHES + (spec,)
         return spec
     yield add
     mpcompat.deactivate()
@@ -83,30 +82,30 @@ def _rows():
 
 
 def test_versions_are_read_leniently():
-    assert versions.parse("2.13.0+cpu") == (2, 13, 0)
-    assert versions.parse("1.9.0a0+git1234") == (1, 9, 0)
-    assert versions.parse("1.4.0rc1") == (1, 4, 0)
-    assert versions.parse("1.2.0.post1") == (1, 2, 0)
-    assert versions.parse("not a version") is None
-    assert versions.in_range("2.13.0+cpu", ">=1.8,<2.14")
-    assert versions.in_range("1.9.0a0+git1234", ">=1.8,<2.14")
-    assert versions.in_range("1.2", ">= 1.0 , < 1.3")
-    assert not versions.in_range("2.14.0", ">=1.8,<2.14")
-    assert not versions.in_range("1.7.1", ">=1.8,<2.14")
-    assert not versions.in_range("garbage", ">=1.0")
-    assert versions.in_range(PYTHON, "")
+    assert patching.parse("2.13.0+cpu") == (2, 13, 0)
+    assert patching.parse("1.9.0a0+git1234") == (1, 9, 0)
+    assert patching.parse("1.4.0rc1") == (1, 4, 0)
+    assert patching.parse("1.2.0.post1") == (1, 2, 0)
+    assert patching.parse("not a version") is None
+    assert patching.in_range("2.13.0+cpu", ">=1.8,<2.14")
+    assert patching.in_range("1.9.0a0+git1234", ">=1.8,<2.14")
+    assert patching.in_range("1.2", ">= 1.0 , < 1.3")
+    assert not patching.in_range("2.14.0", ">=1.8,<2.14")
+    assert not patching.in_range("1.7.1", ">=1.8,<2.14")
+    assert not patching.in_range("garbage", ">=1.0")
+    assert patching.in_range(PYTHON, "")
     with pytest.raises(ValueError, match="bad version clause"):
-        versions.in_range("1.0", "~=1.0")
-    for spec in table.PATCHES:  # every declared range parses
-        versions.in_range("1.0", spec.supported)
+        patching.in_range("1.0", "~=1.0")
+    for spec in patching.PATCHES:  # every declared range parses
+        patching.in_range("1.0", spec.supported)
 
 
 def test_the_table_is_immutable():
-    spec = table.PATCHES[0]
-    assert isinstance(table.PATCHES, tuple) and isinstance(spec.targets, tuple)
+    spec = patching.PATCHES[0]
+    assert isinstance(patching.PATCHES, tuple) and isinstance(spec.targets, tuple)
     with pytest.raises(AttributeError, match="immutable"):
         spec.supported = ""
-    assert spec.supported == table.TORCH_TESTED
+    assert spec.supported == patching.TORCH_TESTED
 
 
 def test_reading_the_table_imports_nothing():
@@ -114,8 +113,8 @@ def test_reading_the_table_imports_nothing():
 import sys
 import mpcompat
 before = set(sys.modules)
-from mpcompat.patches import table
-rows = [(s.name, s.impl, s.targets, s.supported) for s in table.PATCHES]
+from mpcompat import patching
+rows = [(s.name, s.impl, s.targets, s.supported) for s in patching.PATCHES]
 print(sorted(set(sys.modules) - before))
 before = set(sys.modules)
 mpcompat.activate()
@@ -124,8 +123,7 @@ print(sorted(set(sys.modules) - before))
     proc = run_python(code, env=child_env(MPCOMPAT_DISABLE="1"))
     assert proc.returncode == 0, proc.stderr
     table_imports, activation_imports = [eval(line) for line in proc.stdout.splitlines()]
-    assert set(table_imports) <= {"mpcompat.patches", "mpcompat.patches.table",
-                                  "mpcompat.patching", "mpcompat.patching.spec"}
+    assert set(table_imports) <= {"mpcompat.patching", "itertools"}
     heavy = ("torch", "nuscenes", "mmcv", "numpy", "mpcompat.patches.", "importlib.metadata")
     assert [m for m in activation_imports if m.startswith(heavy)] == []
 
@@ -360,7 +358,7 @@ def test_status_lists_every_state_with_reason_and_version(add_patch):
     assert rows["test.waiting"].version == _pytest_version()
     assert rows["test.applied"].version == PYTHON
     text = str(report)
-    for spec in table.PATCHES:
+    for spec in patching.PATCHES:
         assert spec.name in text
     for needle in ("needs no patch", "RuntimeError: boom", "disabled by activate",
                    "pytest %s" % _pytest_version(), "Python %s" % PYTHON,
@@ -376,7 +374,7 @@ def test_command_line_status():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("mpcompat %s: active" % mpcompat.__version__)
-    for spec in table.PATCHES:
+    for spec in patching.PATCHES:
         row = [line for line in lines if line.split()[:1] == [spec.name]]
         assert len(row) == 1, (spec.name, proc.stdout)
         if spec.name in ("nuscenes.tracking_config", "torch.generator"):

@@ -1,10 +1,10 @@
 """A worker that crashes in native code (a real SIGSEGV: ``ctypes.string_at(0)``) in a Pool task
 or a ProcessPoolExecutor task: its parent learns the worker's Python stack at the crash, the
 user's crashing line named first, with no frame of mpcompat's, and the user set nothing
-(``mpcompat.child_failures.crash_stacks``). With the program's own faulthandler on
-(``PYTHONFAULTHANDLER=1``) its dump to the worker's stderr still happens, and the parent says
-where the stack went. No crash file outlives what it is for. Each scenario runs in a fresh
-child bounded by a timeout."""
+(the crash files of the ``failure_records`` patch). With the program's own
+faulthandler on (``PYTHONFAULTHANDLER=1``) its dump to the worker's stderr still happens, and
+the parent says where the stack went. No crash file outlives what it is for. Each scenario runs
+in a fresh child bounded by a timeout."""
 import os
 import sys
 
@@ -101,7 +101,7 @@ LIFETIME = '''\
 import multiprocessing, os, signal, sys, time
 import mpcompat
 from crash_helpers import segfault
-from mpcompat.child_failures import crash_stacks
+from mpcompat.child_failures import channel
 from pool_workers_helpers import report
 
 
@@ -124,7 +124,7 @@ if __name__ == "__main__":
     crashed.start()  # a crash nobody reads (its join would): its file stays until this
     while crashed.is_alive():  # process exits
         time.sleep(0.05)
-    report({"prefix": crash_stacks._state.prefix, "left": crash_stacks.files_left(),
+    report({"prefix": channel._files.prefix, "left": channel.files_left(),
             "crashed": crashed.pid})
 '''
 
@@ -165,12 +165,12 @@ READ_IN_A_THREAD = '''\
 import multiprocessing, sys, threading, time
 import mpcompat
 from crash_helpers import segfault
-from mpcompat.child_failures import crash_stacks
+from mpcompat.child_failures import exits
 from pool_workers_helpers import report
 
 
 def read(pid, out):
-    out["lines"] = crash_stacks.crash_lines(pid)
+    out["lines"] = exits.crash_lines(pid)
 
 
 if __name__ == "__main__":

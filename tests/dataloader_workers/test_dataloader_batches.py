@@ -21,6 +21,7 @@ import torch.utils.data.dataloader as dataloader
 from torch.utils.data._utils import worker
 
 import mpcompat
+from mpcompat import patching
 from testenv import child_env, missing_in_main
 
 PATCH = "torch.dataloader_workers"
@@ -179,6 +180,7 @@ def test_worker_dying_at_start_up_before(tmp_path):
 # --- in this process: how the patch is applied and reverted -----------------------------------
 
 def originals():
+    patching.apply_deferred()  # what a DataLoader's iter() and its worker would do first
     loop = worker._worker_loop
     method = dataloader._MultiProcessingDataLoaderIter.__dict__["_try_get_data"]
     return (getattr(loop, "__wrapped__", loop), getattr(method, "__wrapped__", method))
@@ -210,6 +212,7 @@ def test_revert_restores_the_originals(restore_mpcompat):
     mpcompat.activate(disabled_patches=[PATCH])
     assert worker._worker_loop is original_loop
     mpcompat.activate()
+    patching.apply_deferred()
     assert getattr(worker._worker_loop, MARK, False)
     assert worker._worker_loop.__wrapped__ is original_loop
     assert cls.__dict__["_try_get_data"].__wrapped__ is original_method

@@ -50,7 +50,7 @@ def fork_process():
     return got
 
 if __name__ == "__main__":
-    from mpcompat.patching.manager import states
+    from mpcompat.patching import states
     patch = [st for st in states(read_versions=False) if st.spec.name == "opencv.worker_threads"]
     result = {"state": patch[0].state if mpcompat.is_active() else "inactive",
               "parent": state(), "os_fork": os_fork(), "fork_process": fork_process()}

@@ -14,6 +14,7 @@ import textwrap
 from torch.multiprocessing.spawn import ProcessExitedException
 
 import mpcompat
+from mpcompat import patching
 from testenv import child_env, missing_in_main
 
 PATCH = "torch.spawn_errors"
@@ -89,6 +90,7 @@ def test_child_dying_at_start_up_before(tmp_path):
 
 def test_wrapped_init_keeps_its_signature_and_revert_restores_it(restore_mpcompat):
     cls = ProcessExitedException
+    patching.apply_deferred()  # what spawn() would do first
     wrapper = cls.__dict__["__init__"]
     original = wrapper.__wrapped__
     assert inspect.signature(wrapper) == inspect.signature(original)
@@ -102,4 +104,5 @@ def test_wrapped_init_keeps_its_signature_and_revert_restores_it(restore_mpcompa
     mpcompat.activate(disabled_patches=[PATCH])
     assert cls.__dict__["__init__"] is original
     mpcompat.activate()
+    patching.apply_deferred()
     assert cls.__dict__["__init__"].__wrapped__ is original

@@ -21,7 +21,7 @@ import workers
 from testenv import LOCAL_OBJECT_ERROR, child_env
 from mpcompat.diagnose.notes import add_note, notes_of
 from mpcompat.patches import mp_pickling_notes
-from mpcompat.patches.table import PATCHES
+from mpcompat.patching import PATCHES
 
 NOTES = "multiprocessing.pickling_notes"
 BOOTSTRAP = "multiprocessing.bootstrap_notes"

@@ -137,7 +137,9 @@ def outcomes(tmp_path_factory):
 @pytest.mark.parametrize("case", CASES)
 def test_nothing_outlives_an_explained_pickling_error(outcomes, case):
     off, on = outcomes
-    if case != "queue":  # its error stays in the feeder thread
+    # queue: its error stays in the feeder thread; pool_map: the Pool notes its error when get()
+    # raises it in the user's thread, which the case does not call (a cycle of CPython's own)
+    if case not in ("queue", "pool_map"):
         assert on[case]["noted"] is True and off[case]["noted"] is False
     assert on[case]["alive"] == off[case]["alive"], "kept alive: %r" % (on[case],)
     assert on[case]["leftovers"] == [], on[case]

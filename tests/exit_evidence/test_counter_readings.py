@@ -14,7 +14,7 @@ from mpcompat.child_failures import memory_evidence
 
 
 def before(pid):
-    return memory_evidence._workers[pid].before
+    return memory_evidence.workers[pid].before
 
 
 def in_worker(_):

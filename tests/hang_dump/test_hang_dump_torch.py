@@ -102,6 +102,7 @@ STATUS = textwrap.dedent('''
     import json
     import os
     import mpcompat
+    from mpcompat import patching
 
     spawn = importlib.import_module("torch.multiprocessing.spawn")
     dataloader = importlib.import_module("torch.utils.data.dataloader")
@@ -126,6 +127,7 @@ STATUS = textwrap.dedent('''
     os.environ["MPCOMPAT_HANG_DUMP"] = "1"  # read when the patch applies: re-activate
     mpcompat.deactivate()
     mpcompat.activate()
+    patching.apply_deferred()  # what a DataLoader's iter() or spawn() would do first
     out["on"] = report()
     out["wrapped"] = sorted(k for k, f in methods().items()
                             if getattr(f, "__wrapped__", None) is originals[k])
@@ -133,6 +135,7 @@ STATUS = textwrap.dedent('''
     out["off"] = report()
     out["restored"] = sorted(k for k, f in methods().items() if f is originals[k])
     mpcompat.activate()
+    patching.apply_deferred()
     out["again"] = report()
     print(json.dumps(out))
 ''')

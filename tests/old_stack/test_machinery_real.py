@@ -12,8 +12,8 @@ NUSCENES = "nuscenes-devkit %s" % metadata.version("nuscenes-devkit")
 _SCRIPT = """
 import importlib, json, warnings
 import mpcompat
-from mpcompat.patches import table
-saved = table.PATCHES
+from mpcompat import patching
+saved = patching.PATCHES
 
 
 def changed(spec, **fields):  # the table is immutable: a table of the test's own, re-read
@@ -22,7 +22,7 @@ def changed(spec, **fields):  # the table is immutable: a table of the test's ow
     return type(spec)(**values)
 
 
-table.PATCHES = tuple(
+patching.PATCHES = tuple(
     changed(s, supported=">=99") if s.name == "nuscenes.detection_config"  # out of range
     else changed(s, impl="patchkit.raising") if s.name == "nuscenes.tracking_config"  # raises
     else s for s in saved)
@@ -43,7 +43,7 @@ out = {"warnings": [str(w.message) for w in caught
                   if p.name.startswith("nuscenes.")}}
 
 mpcompat.deactivate()
-table.PATCHES = saved
+patching.PATCHES = saved
 mpcompat.activate()   # the devkit is imported already: patched at once
 out["reactivated"] = type(config_factory("detection_cvpr_2019").class_names).__name__
 old = data_classes.DetectionConfig

@@ -13,7 +13,7 @@ import pytest
 import mpcompat  # noqa: F401  (active: module objects pickle as references)
 import mmcv
 from mmcv import Config
-from mpcompat.patching.versions import parse
+from mpcompat.patching import parse
 
 import libs_workers
 from testenv import child_env, run_python

@@ -1,5 +1,5 @@
 """A patch that declines with ``Skip``."""
-from mpcompat.patching.spec import Skip
+from mpcompat.patching import Skip
 
 
 def apply(module):

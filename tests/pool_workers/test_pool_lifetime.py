@@ -8,7 +8,6 @@ from testenv import run_python
 SCRIPT = """
 import gc, sys, time, multiprocessing, multiprocessing.process
 import mpcompat
-from mpcompat.workers import pool_channels
 for _ in range(3):
     with multiprocessing.get_context(sys.argv[1]).Pool(2, maxtasksperchild=1) as pool:
         pool.map(abs, range(4))
@@ -19,7 +18,8 @@ pool.terminate()
 pool.join()
 del pool, pending
 gc.collect()
-print("LEFT", len(multiprocessing.process._dangling), len(pool_channels._dispatchers))
+patch = sys.modules["mpcompat.patches.mp_pool_workers"]
+print("LEFT", len(multiprocessing.process._dangling), len(patch._dispatchers))
 """
 
 

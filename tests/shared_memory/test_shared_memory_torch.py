@@ -4,8 +4,8 @@ posix_fallocate) the worker fails with "unable to allocate shared memory ... No 
 device"; before that (1.9.1, 2.6.0) it dies of SIGBUS as it writes the batch. Either way the
 error names what was measured: /dev/shm's size and use, the loader's num_workers x prefetch_factor,
 the batch's size where it can be read, and the fix with numbers
-(``mpcompat.child_failures.shared_memory``). Needs root (a mount namespace); each scenario runs in a
-fresh child bounded by a timeout."""
+(``mpcompat.child_failures.exits.shm_lines``). Needs root (a mount namespace); each scenario runs
+in a fresh child bounded by a timeout."""
 import os
 import re
 import shutil
@@ -43,11 +43,11 @@ if __name__ == "__main__":
         list(loader)
         report({"error": "no error"})
     except RuntimeError as exc:
-        from mpcompat.child_failures import crash_stacks
+        from mpcompat.child_failures import exits
         pid = re.search(r"pid\\(?s?\\)? (\\d+)", str(exc))
         report({"error": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
                 "method": method or multiprocessing.get_start_method(),
-                "stack": crash_stacks.crash_lines(int(pid.group(1))) if pid else []})
+                "stack": exits.crash_lines(int(pid.group(1))) if pid else []})
 ''' % (UNSHARE,)
 
 

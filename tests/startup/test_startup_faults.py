@@ -1,8 +1,8 @@
 """A broken install, whatever part of it is broken and whenever that part loads: the program
 runs to its end, and the fault is said once, where the user reads it.
 
-- A file the start-up hook loads (``import mpcompat`` at interpreter start): one line on
-  stderr naming the file, mpcompat off in this process tree.
+- A file the start-up hook loads (``import mpcompat``, at the first import of a module mpcompat
+  acts on: copyreg here): one line on stderr naming the file, mpcompat off in this process tree.
 - A file loaded later, inside the package: an import error is an error. Loaded for a library
   import (the patch manager, a patch), it is one warning naming the file, the library's import
   goes on, and mpcompat stays on; loaded by a call of the API (``mpcompat.explain``), that call
@@ -22,8 +22,10 @@ import pytest
 PROGRAM = r"""
 import sys
 started = sorted(m for m in sys.modules if m.startswith(("mpcompat", "_mpcompat")))
+import copyreg  # the first import mpcompat acts on: it activates
+activated = sorted(m for m in sys.modules if m.startswith(("mpcompat", "_mpcompat")))
 import json, pickle, traceback
-out = {"started": started}
+out = {"started": started, "activated": activated}
 def step(name, fn):
     try:
         out[name] = fn()
@@ -33,6 +35,8 @@ def step(name, fn):
 step("view", lambda: list(pickle.loads(pickle.dumps({"a": 1}.keys()))))
 import multiprocessing.reduction, multiprocessing.spawn, multiprocessing.pool
 import concurrent.futures.process
+# the first use of what a patch hooks loads its module (mp_pickling_notes)
+step("dumps", lambda: bytes(multiprocessing.reduction.ForkingPickler.dumps(1)) != b"")
 if "--no-import" not in sys.argv:
     import mpcompat
     step("explain", lambda: mpcompat.explain(lambda: 0).ok)
@@ -66,9 +70,11 @@ def _run(venv, program, *args):
 
 
 def _loaded_files(venv, program):
-    """``(files loaded at start-up, files loaded later)`` by the program, as relative paths."""
+    """``{file: whether it loaded with copyreg's import}`` for the files the program loads, as
+    relative paths; nothing of the package loads at interpreter start."""
     out, stderr = _run(venv, program)
     assert stderr == "" and out["active"] is True and out["view"] == ["a"], (out, stderr)
+    assert out["started"] == ["_mpcompat_bootstrap"], out["started"]
     files = {}
     for name in out["modules"]:
         if name == "_mpcompat_bootstrap":
@@ -77,7 +83,7 @@ def _loaded_files(venv, program):
         base = os.path.join(venv.site_packages, *parts)
         path = os.path.join(base, "__init__.py") if os.path.isdir(base) else base + ".py"
         assert os.path.isfile(path), path
-        files[os.path.relpath(path, venv.site_packages)] = name in out["started"]
+        files[os.path.relpath(path, venv.site_packages)] = name in out["activated"]
     return files
 
 
@@ -97,18 +103,14 @@ def _broken(venv, program, relpath, text, *args):
 def test_every_loaded_file_broken_in_turn_is_said_once_and_the_program_runs_on(faulty):
     venv, program = faulty
     files = _loaded_files(venv, program)
-    started = sorted(f for f, at_start in files.items() if at_start)
-    core = [os.path.join("mpcompat", *p) for p in (
-        ("__init__.py",), ("activation.py",), ("patches", "__init__.py"), ("patches", "table.py"),
-        ("patching", "__init__.py"), ("patching", "importhook.py"), ("patching", "spec.py"))]
-    # and the reducers, where this Python imported copyreg while it started
-    reducers = [os.path.join("mpcompat", *p) for p in (
-        ("pickling", "__init__.py"), ("pickling", "builtin.py"), ("pickling", "registry.py"),
-        ("rebuild_views.py",))]
-    assert set(core) <= set(started) <= set(core + reducers), started
-    later = sorted(f for f, at_start in files.items() if not at_start)
-    for needed in ("patching/manager.py", "diagnose/walker.py",
-                   "pickling/per_process.py", "patches/mp_pool_workers.py"):
+    activated = sorted(f for f, with_copyreg in files.items() if with_copyreg)
+    # what the start-up hook's import of mpcompat loads; then copyreg's callback, the reducers
+    started = [os.path.join("mpcompat", "__init__.py"), os.path.join("mpcompat", "activation.py")]
+    assert activated == sorted(started + [os.path.join("mpcompat", "reducers.py"),
+                                          os.path.join("mpcompat", "rebuild_views.py")])
+    later = sorted(f for f in files if f not in started)
+    for needed in ("patching.py", "reducers.py", "diagnose/walker.py",
+                   "pickling/per_process.py", "patches/mp_pickling_notes.py"):
         assert os.path.join("mpcompat", needed) in later
     failures = []
     for relpath in started + later:

@@ -17,8 +17,8 @@ import sys
 
 import pytest
 
-from mpcompat.patches.table import TORCH_TESTED
-from mpcompat.patching import versions
+from mpcompat.patching import TORCH_TESTED
+from mpcompat import patching
 from testenv import REPO
 
 PIN = re.compile(r"^\s*torch\s*==\s*([0-9][^\s;#]*)", re.MULTILINE)
@@ -43,16 +43,16 @@ def uncovered(newest, pins, tested):
     """What to update so that torch ``newest`` is covered ([] when it is): a CI pin at least as
     new, and ``tested`` (TORCH_TESTED, e.g. ">=1.9,<2.15") containing it."""
     problems = []
-    release = versions.parse(newest)
-    if not pins or all(versions.parse(v) < release for v in pins.values()):
+    release = patching.parse(newest)
+    if not pins or all(patching.parse(v) < release for v in pins.values()):
         problems.append(
             "torch %s is installable but no CI venv tests it (torch pins: %s): add a "
             ".ci/requirements-*.txt pinning torch==%s, its venv to .ci/setup and its run to "
             ".ci/test" % (newest, ", ".join("%s in %s" % (v, name) for name, v in sorted(
                 pins.items())) or "none", newest))
-    if not versions.in_range(newest, tested):
+    if not patching.in_range(newest, tested):
         problems.append(
-            "torch %s is outside TORCH_TESTED %r (mpcompat/patches/table.py): once CI tests "
+            "torch %s is outside TORCH_TESTED %r (mpcompat/patching.py): once CI tests "
             "it, widen the range (and the README's and patches.md's tested versions)"
             % (newest, tested))
     return problems
@@ -98,7 +98,7 @@ def test_the_ci_pins_are_read():
     pins = torch_pins()
     assert pins["requirements-38.txt"] == "1.9.1"
     assert pins["requirements-311.txt"] == "2.13.0"
-    assert all(versions.in_range(v, TORCH_TESTED) for v in pins.values()), pins
+    assert all(patching.in_range(v, TORCH_TESTED) for v in pins.values()), pins
 
 
 def test_a_torch_newer_than_every_pin_fails_naming_what_to_update():

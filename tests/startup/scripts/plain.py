@@ -12,7 +12,7 @@ def main():
     try:
         views = pickle.loads(pickle.dumps([d.keys(), d.values(), OrderedDict(d).items()]))
         report["result"] = [[type(v).__name__, list(v)] for v in views]
-        reducers = sys.modules.get("mpcompat.pickling.builtin")
+        reducers = sys.modules.get("mpcompat.reducers")
         report["view_reducer"] = getattr(getattr(reducers, "reduce_dict_keys", None),
                                          "__module__", None)
     except Exception as exc:

@@ -1,0 +1,901 @@
+"""The patch layer: how a patch is declared, the table of every patch, and the machinery that
+applies them (one module: all of it loads with the first patch target a process imports).
+
+- ``PatchSpec`` declares a patch, a row of ``PATCHES``, the one table; a patch module (under
+  ``mpcompat.patches``) provides ``apply(module)`` and ``revert(module)``, called once per
+  execution of a target module's code (activation's import hook); ``apply`` may raise ``Skip``
+  (with a warning) or ``NotNeeded`` (silently) to decline.
+- A patch applies to each target handed to :func:`on_module` where its library's version has
+  the bug (else "not needed") and is tested or newer (an older one is "skipped", quietly); one
+  that declines in its apply() (``Skip``) is "skipped", and one that raises or cannot load is
+  "failed", each with one warning. activate() and deactivate() arm and disarm under
+  activation's lock (bookkeeping only), then apply or revert outside it: a patch disarmed while
+  an import applies it is reverted by whichever of the two comes last.
+- A row's ``first_use`` defers its module: stubs on those functions load and apply it at the
+  first call of one of them (:func:`apply_deferred`).
+- ``Patcher`` is the one way a patch changes a library (gevent.monkey's saved originals):
+  replace an attribute or a registry's item, remember the original, put it back only where ours
+  is still in place. Threads may apply and revert one patch at once: each change is made under
+  the patcher's lock.
+- Versions are read cheaply and compared leniently: ``2.13.0+cpu``, ``1.9.0a0+git1234`` and
+  ``1.4.0rc1`` count as their release numbers. Read as a patch is about to apply: the package's
+  ``__version__``, else the ``<name>-<version>.dist-info`` (``.egg-info``) directory beside it,
+  and only then ``importlib.metadata`` (tens of milliseconds).
+"""
+import os
+import sys
+from _thread import RLock, start_new_thread
+from itertools import takewhile
+
+
+def process_lock(locks):
+    """This process's lock in ``locks`` (pid -> RLock): activation's one line, here too since
+    activation imports this module (a forked child never waits for a lock its parent's thread
+    held)."""
+    return locks.get(os.getpid()) or locks.setdefault(os.getpid(), RLock())
+
+
+class PatchSpec(object):
+    """One declared patch, immutable (a plain record: a namedtuple costs start-up time).
+
+    name: the name users see in status() and MPCOMPAT_DISABLED_PATCHES.
+    targets: module names; the patch applies to each when it finishes importing.
+    distributions: whose version is checked, first found wins; empty for a standard-library
+        target, checked against Python's version.
+    supported: the tested versions, both ends, e.g. ">=1.9,<2.15" (``2.13.0+cpu`` is 2.13.0).
+        Above it the patch still applies where it finds what it hooks, "untested" in status();
+        below it, it stays off ("skipped", quietly).
+    impl: the module that provides apply(module) and revert(module).
+    summary: one line for status().
+    needed: the versions that have the bug ("" for all); elsewhere "not needed", silently.
+    needs_env: an environment variable that turns the patch on (``MPCOMPAT_HANG_DUMP``);
+        while it is unset the patch is "not needed" and its module is not even imported.
+    first_use: {target: attribute paths ("Pool.__init__")}: on that target, the patch's module
+        is not imported with it; stubs on those functions import and apply it at the first call
+        of one of them (a process that never makes a Pool never loads the Pool patch).
+    """
+
+    __slots__ = ("name", "targets", "distributions", "supported", "impl", "summary", "needed",
+                 "needs_env", "first_use")
+
+    def __init__(self, name, targets, distributions, supported, impl, summary, needed="",
+                 needs_env="", first_use=None):
+        for field, value in zip(self.__slots__, (name, tuple(targets), tuple(distributions),
+                                                 supported, impl, summary, needed, needs_env,
+                                                 dict(first_use or {}))):
+            object.__setattr__(self, field, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("a PatchSpec is immutable: a test uses a table of its own")
+
+    def __repr__(self):
+        return "PatchSpec(%r)" % self.name
+
+    def env_off(self):
+        """``"<needs_env> is not set"`` while the variable that turns the patch on is unset,
+        else ``""``."""
+        if self.needs_env and not os.environ.get(self.needs_env, "").strip():
+            return "%s is not set" % self.needs_env
+        return ""
+
+
+class Skip(Exception):
+    """Raised by a patch that declines to apply (the message says why): "skipped", with one
+    warning per process tree."""
+
+
+class NotNeeded(Skip):
+    """Raised by a patch with nothing to do here: "not needed", silently."""
+
+
+# Versions
+
+# No regular expressions: this module loads when the first patch target is imported, in
+# processes that may never import ``re`` otherwise (3 ms). Each operator (longest first) and
+# the values of cmp(version, bound) it accepts.
+_OPERATORS = {">=": (0, 1), "<=": (-1, 0), "==": (0,), "!=": (-1, 1), ">": (1,), "<": (-1,)}
+_listings = {}  # directory -> {normalized distribution name: version} of its metadata dirs
+
+
+def parse(version):
+    """The release numbers of ``version`` as a tuple of ints, or None if it has none."""
+    text = (version or "").strip()
+    if text[:1] in ("v", "V"):
+        text = text[1:]
+    release = "".join(takewhile(lambda char: char in "0123456789.", text))
+    parts = release.rstrip(".").split(".")  # "3." is 3
+    if not all(parts):
+        return None
+    return tuple(int(part) for part in parts)
+
+
+def in_range(version, spec):
+    """Whether ``version`` satisfies ``spec`` such as ``">=1.8,<2.14"`` ("" accepts every one
+    with release numbers); ValueError for a bad spec."""
+    release = parse(version)
+    if release is None:
+        return False
+    for clause in spec.split(","):
+        text = clause.strip()
+        if not text:
+            continue
+        op = next((op for op in _OPERATORS if text.startswith(op)), "")
+        bound = text[len(op):].strip().split(".")
+        if not op or not all(part.isdigit() for part in bound):
+            raise ValueError("bad version clause %r in %r" % (clause, spec))
+        bound = tuple(int(part) for part in bound)
+        # Both padded with zeros to the same length: 2.13 == 2.13.0.
+        have, want = release + (0,) * len(bound), bound + (0,) * len(release)
+        if (have > want) - (have < want) not in _OPERATORS[op]:
+            return False
+    return True
+
+
+def newer_than(version, spec):
+    """Whether ``version`` fails ``spec`` only by being above its upper bounds (``"3.16.0"``
+    for ``">=3.8,<3.16"``)."""
+    lower = ",".join(c for c in spec.split(",") if c.strip()[:1] not in ("<", "="))
+    return not in_range(version, spec) and in_range(version, lower)
+
+
+def python_version():
+    """This interpreter's version, e.g. ``"3.11.7"``."""
+    return "%d.%d.%d" % sys.version_info[:3]
+
+
+def version_of(distributions, package):
+    """``(distribution, version)`` of a library, or ``(None, None)``: ``package``'s
+    ``__version__`` where it has one, else the first of ``distributions`` installed."""
+    module = sys.modules.get(package)
+    own = getattr(module, "__version__", None)
+    own = str(own) if own is not None and parse(str(own)) is not None else None
+    if own is not None and len(distributions) < 2:  # no need to look which one provides it
+        return (distributions[0] if distributions else None), own
+    for dist in distributions:
+        version = _dist_info_version(dist, module)
+        if version is not None:
+            return dist, own or version
+    if own is not None:
+        return distributions[0], own
+    from importlib import metadata
+    for dist in distributions:
+        try:
+            return dist, metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None, None
+
+
+def _normal(name):
+    """A distribution name as metadata directories spell it: ``nuscenes-devkit`` ->
+    ``nuscenes_devkit`` (lower case, runs of ``-_.`` as one ``_``)."""
+    name = name.lower().replace("-", "_").replace(".", "_")
+    while "__" in name:
+        name = name.replace("__", "_")
+    return name
+
+
+def _dist_info_version(dist, module):
+    """The version in the name of ``dist``'s metadata directory beside ``module``, or None."""
+    location = getattr(module, "__file__", None)
+    if not location:
+        return None
+    directory = os.path.dirname(os.path.abspath(location))
+    if os.path.basename(location).startswith("__init__."):
+        directory = os.path.dirname(directory)
+    if directory not in _listings:
+        _listings[directory] = _metadata_dirs(directory)
+    version = _listings[directory].get(_normal(dist))
+    return version if parse(version) is not None else None
+
+
+def _metadata_dirs(directory):
+    """``{normalized name: version}`` of the metadata directories in ``directory``
+    (``torch-2.13.0+cpu.dist-info``, ``mmcv-1.4.0-py3.8.egg-info``)."""
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return {}
+    egg_tag = "-py%d.%d" % sys.version_info[:2]
+    found = {}
+    for entry in entries:
+        if entry.endswith((".dist-info", ".egg-info")) and "-" in entry:
+            name, rest = entry.split("-", 1)
+            version = rest.rsplit(".", 1)[0]
+            if version.endswith(egg_tag):
+                version = version[:-len(egg_tag)]
+            found.setdefault(_normal(name), version)
+    return found
+
+
+# The patcher
+
+_ABSENT = object()
+
+
+class Patcher(object):
+    """Records ``(owner, name) -> original`` for every replacement one patch makes."""
+
+    def __init__(self):
+        self._locks = {}
+        self._records = {}  # (id(owner), name, item) -> [owner, name, item, original, new, target]
+
+    def replace(self, owner, name, new, target=None):
+        """Set ``owner.name`` to ``new`` (as stored in ``owner.__dict__``: a ``classmethod``
+        stays one, or a data descriptor's: ``__class__``, ``__qualname__``) and remember the
+        first original; ``target``: the module it belongs to (default: the owner's)."""
+        if target is None:
+            target = owner.__name__ if type(owner).__name__ == "module" else getattr(
+                owner, "__module__", None)
+        return self._replace(owner, name, False, new, target)
+
+    def replace_item(self, mapping, key, value, target):
+        """:meth:`replace` for ``mapping[key]`` (``ForkingPickler._extra_reducers``)."""
+        return self._replace(mapping, key, True, value, target)
+
+    def wrap(self, owner, name, wrapper, target=None):
+        """Replace ``owner.name`` with ``wrapt.FunctionWrapper(original, wrapper)`` (not for
+        functions that must pickle by reference)."""
+        import wrapt  # only here: patches of the standard library never import it
+        original = self.original(owner, name)
+        return self.replace(owner, name, wrapt.FunctionWrapper(original, wrapper), target)
+
+    def original(self, owner, name):
+        """What ``owner.name`` was before this patcher replaced it (what it is, otherwise)."""
+        with process_lock(self._locks):
+            value = self._original(owner, name, False)
+        if value is not _ABSENT:
+            return value
+        for base in getattr(owner, "__mro__", (owner,))[1:]:  # inherited: the raw descriptor
+            if name in base.__dict__:
+                return base.__dict__[name]
+        return getattr(owner, name)
+
+    def restore(self, module=None):
+        """Put back the originals replaced for ``module`` (all when None) where ours is still
+        in place: what somebody set after us stays theirs."""
+        name = getattr(module, "__name__", module)
+        with process_lock(self._locks):
+            for key, (owner, attr, item, original, new, target) in list(self._records.items()):
+                if name is None or target == name:
+                    del self._records[key]
+                    if _get(owner, attr, item) is new:
+                        _put(owner, attr, item, original)
+
+    def applied(self):
+        """The ``(owner, name)`` pairs that hold a replacement of ours right now."""
+        with process_lock(self._locks):
+            return [(owner, name) for owner, name, item, _, new, _ in self._records.values()
+                    if _get(owner, name, item) is new]
+
+    def _replace(self, owner, name, item, new, target):
+        with process_lock(self._locks):
+            original = self._original(owner, name, item)
+            _put(owner, name, item, new)
+            self._records[(id(owner), name, item)] = [owner, name, item, original, new, target]
+        return new
+
+    def _original(self, owner, name, item):
+        """The first original while ours is in place, else what is there now."""
+        value = _get(owner, name, item)
+        record = self._records.get((id(owner), name, item))
+        return record[3] if record is not None and value is record[4] else value
+
+
+def _get(owner, name, item):
+    """``owner``'s own ``name`` (``_ABSENT`` if none): a mapping's item, its ``__dict__`` entry,
+    else what a data descriptor of its type keeps (``__class__``)."""
+    if item:
+        return owner.get(name, _ABSENT)
+    value = getattr(owner, "__dict__", {}).get(name, _ABSENT)
+    if value is _ABSENT:
+        slot = next((k.__dict__[name] for k in type(owner).__mro__ if name in k.__dict__), None)
+        if hasattr(type(slot), "__set__"):
+            value = getattr(owner, name)
+    return value
+
+
+def _put(owner, name, item, value):
+    if item and value is _ABSENT:
+        del owner[name]
+    elif item:
+        owner[name] = value
+    elif value is _ABSENT:
+        delattr(owner, name)
+    else:
+        setattr(owner, name, value)
+
+
+class ExceptHooks(object):
+    """The ``sys.excepthook`` one patch chains in front of the one in place: at most one of
+    them is active. Each hook has ``active`` (it acts only then) and ``previous`` (which it
+    calls after)."""
+
+    def __init__(self):
+        self._locks = {}
+        self.installed = []
+
+    def install(self, make):
+        """Make ``sys.excepthook`` ``make(sys.excepthook)`` unless one of ours is active."""
+        with process_lock(self._locks):
+            if not self.active():
+                self.installed.append(make(sys.excepthook))
+                sys.excepthook = self.installed[-1]
+
+    def remove(self):
+        """Turn ours off; take out those still in place (one chained after ours stays: it
+        calls ours, which passes everything on)."""
+        with process_lock(self._locks):
+            for hook in self.installed[::-1]:
+                hook.active = False
+                if sys.excepthook is hook:
+                    sys.excepthook = hook.previous
+                    self.installed.remove(hook)
+
+    def active(self, pid=None):
+        """Whether one of ours is active (and made in process ``pid``, if given)."""
+        return any(h.active and (pid is None or h.pid == pid) for h in list(self.installed))
+
+
+# The table
+
+# torch is tested at 1.9.1, 2.6.0, 2.13.0 and 2.14.1 (.ci/test); a newer release still applies.
+TORCH, TORCH_TESTED, PYTHON_TESTED = ("torch",), ">=1.9,<2.15", ">=3.8,<3.16"
+# The opencv-python wheels, in the order they are looked for.
+OPENCV = ("opencv-python-headless", "opencv-python", "opencv-contrib-python-headless",
+          "opencv-contrib-python")
+IMPL = "mpcompat.patches."
+LOADER_ITER_INIT = "_MultiProcessingDataLoaderIter.__init__"  # a DataLoader's iter() with workers
+
+PATCHES = (
+    PatchSpec("torch.boolean_dispatch", targets=("torch._jit_internal",), distributions=TORCH,
+              supported=TORCH_TESTED, impl=IMPL + "torch_boolean_dispatch",
+              summary="functions made by boolean_dispatch (F.max_pool2d, ...) pickle by "
+                      "reference"),
+    PatchSpec("torch.safe_globals", targets=("torch.serialization",), distributions=TORCH,
+              supported=TORCH_TESTED, needed=">=2.4", impl=IMPL + "torch_safe_globals",
+              summary="torch.load(weights_only=True) accepts mpcompat's view rebuild functions"),
+    PatchSpec("torch.generator", targets=("torch",), distributions=TORCH, supported=TORCH_TESTED,
+              impl=IMPL + "torch_generator",
+              summary="a torch.Generator reaches spawn children with its state"),
+    PatchSpec("torch.dataloader_workers",
+              targets=("torch.utils.data._utils.worker", "torch.utils.data.dataloader"),
+              distributions=TORCH, supported=TORCH_TESTED, impl=IMPL + "torch_dataloader_workers",
+              first_use={"torch.utils.data.dataloader": (LOADER_ITER_INIT,),
+                         "torch.utils.data._utils.worker": ("_worker_loop",)},
+              summary="DataLoader workers: an unpicklable batch, or a worker that dies starting "
+                      "up, raises in the parent with its cause"),
+    PatchSpec("torch.spawn_errors", targets=("torch.multiprocessing.spawn",), distributions=TORCH,
+              supported=TORCH_TESTED, impl=IMPL + "torch_spawn_errors",
+              first_use={"torch.multiprocessing.spawn": ("start_processes",)},
+              summary="torch.multiprocessing.spawn: a child that dies starting up is named with "
+                      "its cause"),
+    PatchSpec("torch.cuda_fork", targets=("torch.cuda",), distributions=TORCH,
+              supported=TORCH_TESTED, impl=IMPL + "torch_cuda_fork",
+              first_use={"torch.cuda": ("_lazy_init",)},
+              summary="'Cannot re-initialize CUDA in forked subprocess' names where the parent "
+                      "started CUDA, where the child touched it, where it was forked, the fix"),
+    PatchSpec("torch.worker_temp_dir", targets=("torch.utils.data.dataloader",),
+              distributions=TORCH, supported=TORCH_TESTED, impl=IMPL + "torch_worker_temp_dir",
+              first_use={"torch.utils.data.dataloader": (LOADER_ITER_INIT,)},
+              summary="DataLoader workers keep their temporary files in the parent's temporary "
+                      "directory: a killed worker leaves nothing behind"),
+    PatchSpec("torch.elastic_errors", targets=("sys",), distributions=(), supported=PYTHON_TESTED,
+              needs_env="TORCHELASTIC_ERROR_FILE", impl=IMPL + "torch_elastic_errors",
+              summary="a torchrun rank that dies of an uncaught exception writes torch's error "
+                      "file (what @record writes), mpcompat's cause included"),
+    PatchSpec("torch.elastic_failures",
+              targets=("torch.distributed.elastic.multiprocessing.errors",), distributions=TORCH,
+              supported=TORCH_TESTED, impl=IMPL + "torch_elastic_failures",
+              summary="torchrun's failure summary names a rank that died without an error file "
+                      "with its measured cause"),
+    PatchSpec("torch.collective_hang_dump",
+              targets=("torch.distributed.distributed_c10d", "torch.distributed"),
+              distributions=TORCH, supported=TORCH_TESTED, needs_env="MPCOMPAT_HANG_DUMP",
+              impl=IMPL + "torch_collective_hang_dump",
+              summary="with MPCOMPAT_HANG_DUMP=SECONDS, a collective waited in for too long "
+                      "names the ranks that are not in it, with their stacks (any node)"),
+    PatchSpec("nuscenes.detection_config", targets=("nuscenes.eval.detection.data_classes",),
+              distributions=("nuscenes-devkit",), supported=">=1.1,<1.3",
+              impl=IMPL + "nuscenes_detection_config",
+              first_use={"nuscenes.eval.detection.data_classes": ("DetectionConfig.__init__",)},
+              summary="DetectionConfig.class_names is a list in class_range order"),
+    PatchSpec("nuscenes.tracking_config", targets=("nuscenes.eval.tracking.data_classes",),
+              distributions=("nuscenes-devkit",), supported=">=1.1,<1.3",
+              impl=IMPL + "nuscenes_tracking_config",
+              first_use={"nuscenes.eval.tracking.data_classes": ("TrackingConfig.__init__",)},
+              summary="an unpickled TrackingConfig restores the module state its __init__ sets"),
+    PatchSpec("opencv.worker_threads", targets=("cv2",), distributions=OPENCV,
+              supported=">=4.5,<5.1", impl=IMPL + "opencv_worker_threads",
+              summary="OpenCV runs single-threaded, OpenCL off, in DataLoader workers and "
+                      "forked children"),
+    PatchSpec("multiprocessing.pickling_notes", targets=("multiprocessing.reduction",),
+              distributions=(), supported=PYTHON_TESTED, impl=IMPL + "mp_pickling_notes",
+              first_use={"multiprocessing.reduction": ("dump", "ForkingPickler.dumps")},
+              summary="a pickling error while starting a process or sending a task or result "
+                      "says what, where and why"),
+    PatchSpec("multiprocessing.bootstrap_notes", targets=("multiprocessing.spawn",),
+              distributions=(), supported=PYTHON_TESTED, impl=IMPL + "mp_bootstrap_notes",
+              first_use={"multiprocessing.spawn": ("get_preparation_data", "_main")},
+              summary="a child that fails to start says why (main guard, objects defined under "
+                      "it) and its parent learns it"),
+    PatchSpec("multiprocessing.failure_records",
+              targets=("multiprocessing.process", "multiprocessing.spawn",
+                       "multiprocessing.forkserver"),
+              distributions=(), supported=PYTHON_TESTED, impl=IMPL + "mp_failure_records",
+              first_use={"multiprocessing.process": ("BaseProcess.start",
+                                                     "BaseProcess._bootstrap"),
+                         "multiprocessing.spawn": ("get_preparation_data", "prepare"),
+                         "multiprocessing.forkserver": ("connect_to_new_process", "main")},
+              summary="a child's start-up error reaches its parent (a socket the parent owns); "
+                      "a plain Process's is named once in the parent"),
+    PatchSpec("multiprocessing.exit_evidence",
+              targets=("multiprocessing.popen_fork", "multiprocessing.popen_forkserver"),
+              distributions=(), supported=PYTHON_TESTED, impl=IMPL + "mp_exit_evidence",
+              first_use={"multiprocessing.popen_fork": ("Popen.__init__",),
+                         "multiprocessing.popen_forkserver": ("Popen.__init__",)},
+              summary="a dead child's end is measured: OOM kill counters as it starts, its peak "
+                      "memory (os.wait4) as it is reaped"),
+    PatchSpec("multiprocessing.pool_workers", targets=("multiprocessing.pool",), distributions=(),
+              supported=PYTHON_TESTED, impl=IMPL + "mp_pool_workers",
+              first_use={"multiprocessing.pool": ("Pool.__init__", "worker")},
+              summary="a Pool whose workers die starting up fails fast with their error; "
+                      "unpicklable results are named"),
+    PatchSpec("concurrent_futures.process_workers", targets=("concurrent.futures.process",),
+              distributions=(), supported=PYTHON_TESTED, impl=IMPL + "futures_process_workers",
+              first_use={"concurrent.futures.process": ("ProcessPoolExecutor.__init__",
+                                                        "_process_worker")},
+              summary="a ProcessPoolExecutor whose worker dies names the worker, its exit code "
+                      "or signal, and its recorded error"),
+    PatchSpec("concurrent_futures.interpreter_workers",
+              targets=("concurrent.futures.interpreter",), distributions=(),
+              supported=PYTHON_TESTED, needed=">=3.14", impl=IMPL + "futures_interpreter_workers",
+              summary="an InterpreterPoolExecutor task whose arguments or result cannot be sent "
+                      "between interpreters names what and why"),
+    PatchSpec("multiprocessing.hang_dump",
+              targets=("multiprocessing.pool", "multiprocessing.process"), distributions=(),
+              supported=PYTHON_TESTED, needs_env="MPCOMPAT_HANG_DUMP",
+              impl=IMPL + "mp_hang_dump",
+              summary="with MPCOMPAT_HANG_DUMP=SECONDS, a Pool/ThreadPool result waited for too "
+                      "long dumps the stacks of this process and its workers"),
+    PatchSpec("concurrent_futures.hang_dump", targets=("concurrent.futures._base",),
+              distributions=(), supported=PYTHON_TESTED, needs_env="MPCOMPAT_HANG_DUMP",
+              impl=IMPL + "futures_hang_dump",
+              summary="with MPCOMPAT_HANG_DUMP=SECONDS, a concurrent.futures future waited for "
+                      "too long dumps the stacks of this process and its workers"),
+    PatchSpec("torch.hang_dump",
+              targets=("torch.utils.data.dataloader", "torch.multiprocessing.spawn"),
+              distributions=TORCH, supported=TORCH_TESTED, needs_env="MPCOMPAT_HANG_DUMP",
+              impl=IMPL + "torch_hang_dump",
+              summary="with MPCOMPAT_HANG_DUMP=SECONDS, a DataLoader batch or a spawn join "
+                      "waited for too long dumps the stacks of this process and its workers"),
+)
+
+
+# The manager
+
+(WAITING, APPLIED, NOT_NEEDED, SKIPPED, DISABLED, FAILED, MISSED, INACTIVE) = (
+    "waiting for import", "applied", "not needed", "skipped", "disabled", "failed",
+    "not applied", "inactive")
+
+
+def _module(name):
+    """The module ``name``, imported if need be: what ``importlib.import_module`` does for an
+    absolute name, without loading ``importlib`` (0.4 ms) in processes that have no other use
+    for it."""
+    __import__(name)
+    return sys.modules[name]
+
+
+class PatchState(object):
+    """What happened to one patch in this process."""
+
+    __slots__ = ("spec", "state", "reason", "distribution", "version", "armed", "verdict",
+                 "applied", "applications")
+
+    def __init__(self, spec):
+        self.spec, self.state, self.reason = spec, INACTIVE, "mpcompat is not active"
+        self.distribution = None
+        self.version = None      # None: not read yet; "": unknown
+        self.verdict = None      # (state, reason, warning) once the version has been judged
+        self.armed, self.applications = False, 0  # applications: how many apply() succeeded
+        self.applied = {}        # target name -> the module object it is applied on
+
+
+_states = {}   # name -> PatchState, for the table read at the last arm()
+_seen = set()  # target names on_module() was called with
+_pending = {}  # target name -> the PatchStates applied on it whose module waits for first use
+_used = []  # True once a first use came: later targets apply as they are imported
+_stubs = Patcher()  # the first-use stubs in place
+_locks = {}
+
+
+def states(read_versions=True, hook=None):
+    """The PatchState of every declared patch, in table order (its library's version read,
+    unless ``read_versions`` is false; ``hook``: activation's finder, to say what passed it)."""
+    result = [_states.get(spec.name) or PatchState(spec) for spec in PATCHES]
+    for st in result:
+        missed = [t for t in st.spec.targets if t in sys.modules and t not in _seen]
+        if st.state != WAITING:
+            pass
+        elif st.spec.env_off():
+            st.state, st.reason = NOT_NEEDED, st.spec.env_off()
+        elif st.spec.needed and not st.spec.distributions and _judge(st)[0] == NOT_NEEDED:
+            st.state, st.reason = _judge(st)  # a standard-library patch for a newer Python
+        elif missed:  # another finder took the import
+            st.state, st.reason = MISSED, _bypassed(missed[0], hook)
+        if read_versions:
+            _read_version(st)
+    return result
+
+
+def parse_names(value, what, known, strict=True):
+    """Turn a comma-separated string, ``"*"`` or an iterable into a set of known patch names
+    (compared in lower case, ``-`` as ``_``); unknown ones raise ValueError (``strict``), else
+    are ignored with a warning."""
+    def normalize(name):
+        return name.strip().lower().replace("-", "_")
+    by_norm = {normalize(n): n for n in known}
+    names, unknown = set(), []
+    for raw in value.split(",") if isinstance(value, str) else value or ():
+        if not isinstance(raw, str):
+            raise TypeError("%s: patch names are strings, got %r" % (what, raw))
+        norm = normalize(raw)
+        if norm == "*":
+            names.update(known)
+        elif norm in by_norm:
+            names.add(by_norm[norm])
+        elif norm:
+            unknown.append(raw.strip())
+    if not unknown:
+        return names
+    import difflib
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(normalize(name), list(by_norm), 1, 0.6)
+        if close:
+            hints.append("did you mean %s%s?" % (
+                by_norm[close[0]], " (for %r)" % name if len(unknown) > 1 else ""))
+    hints = " (%s)" % "; ".join(hints) if hints else ""
+    message = "%s: unknown patch name%s %s" % (what, "s" if len(unknown) > 1 else "",
+                                               ", ".join(map(repr, unknown)))
+    if strict:
+        raise ValueError("%s; known: %s%s" % (message, ", ".join(sorted(known)), hints))
+    from mpcompat.errors import warn  # a typo in the variable must not turn mpcompat off
+    warn("%s ignored%s; `mpcompat status` lists the patches" % (message, hints))
+    return names
+
+
+def armed_before():
+    """Whether arm() ran in this process (activation then re-arms at once)."""
+    return bool(_states)
+
+
+def _bypassed(target, hook):
+    path = list(sys.meta_path)
+    ahead = path[:path.index(hook)] if hook in path else None
+    if ahead is None:
+        why = "mpcompat's import hook was removed from sys.meta_path"
+    elif ahead:
+        why = "%s, ahead of mpcompat's import hook on sys.meta_path, imported it" % ", ".join(
+            map(repr, ahead))
+    else:
+        why = "it was imported without passing through mpcompat's import hook"
+    return ("%s is imported but the patch never saw it: %s. mpcompat.activate() applies it now"
+            % (target, why))
+
+
+def arm(table, wanted, disabled_by):
+    """Arm the patches of ``table`` named in ``wanted``, disarm the rest (``disabled_by``: why,
+    or None: "not requested"); return ``(armed PatchStates, what revert() must undo)``."""
+    armed, undo = [], []
+    for spec in table:
+        st = _states.get(spec.name)
+        if st is None or st.spec is not spec:
+            st = _states[spec.name] = PatchState(spec)
+        if spec.name not in wanted:
+            undo += _disarm(st, DISABLED, disabled_by or "not requested")
+            continue
+        if not st.armed:
+            st.armed, st.verdict = True, None
+            st.state, st.reason = WAITING, "none of %s imported yet" % ", ".join(spec.targets)
+        armed.append(st)
+    return armed, undo
+
+
+def disarm_all():
+    """Disarm every patch (mpcompat is off); return what :func:`revert` must undo."""
+    return [pair for st in _states.values()
+            for pair in _disarm(st, INACTIVE, "mpcompat is not active")]
+
+
+def _disarm(st, state, reason):
+    st.armed = False
+    st.state, st.reason = state, reason
+    applied, st.applied = st.applied, {}
+    return [(st, module) for module in applied.values()]
+
+
+def revert(undo):
+    """Revert the ``(PatchState, module)`` pairs that arm() or disarm_all() returned (outside
+    activation's lock: a patch's revert code may import)."""
+    for st, module in undo:
+        if _undefer(st, module):
+            continue  # only stubs were in place: the patch's module need not load to revert
+        try:
+            _module(st.spec.impl).revert(module)
+        except Exception as exc:
+            _warn(st, "could not be reverted on %s: %s: %s" % (module.__name__,
+                                                                type(exc).__name__, exc))
+
+
+def apply_imported(armed, imported):
+    """Apply the ``armed`` PatchStates to their targets imported already (a target still being
+    imported: in a thread of its own, once it is). Never from inside an import: a deadlock."""
+    for st in armed:
+        for target in st.spec.targets:
+            module, finished = imported(target)
+            if module is not None and not finished:
+                start_new_thread(_when_imported, (st, target, imported))
+            elif module is not None and st.applied.get(target) is not module:
+                _apply(st, module)
+
+
+def preload(prefix):
+    """Import the modules of the armed patches that will apply to a module named ``prefix...``
+    not imported yet, and judge their versions: once in a forkserver, inherited by every child
+    it forks instead of done in each. Never raises (an import that fails fails again where the
+    patch applies, and is reported there)."""
+    for st in list(_states.values()):
+        try:
+            if st.armed and not st.spec.env_off() and any(
+                    t.startswith(prefix) and t not in sys.modules for t in st.spec.targets) \
+                    and _judge(st)[0] == APPLIED:
+                _module(st.spec.impl)
+        except Exception:
+            pass
+
+
+def _when_imported(st, name, imported):
+    """Apply ``st`` to module ``name`` once the import of it under way has finished."""
+    try:
+        _module(name)  # a failed import is run again: what any import would do
+    except Exception:
+        return
+    module, finished = imported(name)
+    if st.armed and finished and st.applied.get(name) is not module:
+        _apply(st, module)
+
+
+def on_module(module):
+    """A target module finished executing: apply the armed patches that target it."""
+    _seen.add(module.__name__)
+    for st in list(_states.values()):
+        if st.armed and module.__name__ in st.spec.targets:
+            _apply(st, module)
+
+
+def _read_version(st):
+    """Read the version of the patch's library (or Python's), once; "" if unknown."""
+    if st.version is None:
+        if not st.spec.distributions:
+            st.distribution, st.version = "Python", python_version()
+        else:
+            package = st.spec.targets[0].split(".")[0]
+            dist, version = version_of(st.spec.distributions, package)
+            st.distribution = dist or st.spec.distributions[0]
+            st.version = str(version) if version else ""
+    return st.version
+
+
+def _judge(st):
+    """Return ``(state, reason)``: what the version says (APPLIED: go ahead)."""
+    verdict = st.verdict  # read once: another thread may re-arm, and reset it, meanwhile
+    if verdict is None:
+        verdict = st.verdict = _verdict(st)
+    return verdict
+
+
+def _verdict(st):
+    version, spec = _read_version(st), st.spec
+    if version and spec.needed and not in_range(version, spec.needed):
+        return NOT_NEEDED, "%s %s does not have the bug (needed for %s)" % (
+            st.distribution, version, spec.needed)
+    if not version or in_range(version, spec.supported):
+        return APPLIED, ""  # unknown (a source build): the patch checks what it relies on
+    untested = "untested on %s %s; tested %s" % (st.distribution, version, spec.supported)
+    if newer_than(version, spec.supported):
+        # A newer release never switches a fix off: the patch applies where it finds what it
+        # hooks (else its apply() raises Skip), quietly; status() says it is untested.
+        return APPLIED, untested
+    return SKIPPED, untested + ": it stays off below the tested versions"
+
+
+def _apply(st, module):
+    """Apply ``st`` to ``module``; never raise."""
+    (state, reason), warning = _judge(st), None
+    if st.spec.env_off():
+        state, reason = NOT_NEEDED, st.spec.env_off()
+    elif state == APPLIED:
+        st.applied[module.__name__] = module
+        entries = st.spec.first_use.get(module.__name__, ())
+        try:
+            if (entries and st.spec.impl not in sys.modules and not _used
+                    and not _child_starting()) or module.__name__ in _pending:
+                reason = "; ".join(filter(None, (reason, _defer(st, module, entries))))
+            else:
+                _module(st.spec.impl).apply(module)
+        except NotNeeded as exc:
+            state, reason = NOT_NEEDED, str(exc)
+        except Skip as exc:
+            state, reason = SKIPPED, str(exc)
+            warning = "skipped on %s %s: %s" % (st.distribution, st.version, exc)
+        except Exception as exc:
+            from mpcompat.errors import describe_exception
+            state, reason = FAILED, describe_exception(exc)
+            warning = "failed on %s %s and was skipped: %s" % (st.distribution, st.version,
+                                                               reason)
+            if st.spec.impl in sys.modules:
+                revert([(st, module)])
+        if state != APPLIED:
+            st.applied.pop(module.__name__, None)
+        elif not st.armed:  # disarmed meanwhile, by another thread: undo what was just done
+            revert([(st, module)])
+            return
+    if state == APPLIED:
+        st.applications += 1
+        _applied(st, reason)
+    elif not st.applied:  # one target applied and another declining: keep "applied"
+        st.state, st.reason = state, reason
+    if warning:  # patches failing for one cause (a file of mpcompat they share) warn once
+        _warn(st, warning, key=reason if state == FAILED else None)
+
+
+def _child_starting():
+    """Whether this process is a spawn or forkserver child unpickling what its parent sent (it
+    activated late, inside ``spawn._main``: no stub would fire before a failure there)."""
+    process = sys.modules.get("multiprocessing.process")
+    return bool(process) and getattr(process.current_process(), "_inheriting", False)
+
+
+def _applied(st, note):
+    """Say in status() where ``st`` is applied and what it waits for, with ``note``."""
+    waiting = [t for t in st.spec.targets if t not in st.applied]
+    st.state, st.reason = APPLIED, "on %s" % ", ".join(sorted(st.applied)) + (
+        "; waiting for %s" % ", ".join(waiting) if waiting else "") + (
+        " (%s)" % note if note else "")
+
+
+def _defer(st, module, entries):
+    """Put a stub on each of ``entries`` of ``module`` (its first-use attributes, "Pool.__init__"),
+    whose first call applies the deferred patches; return what status() adds (nothing where no
+    entry is a function or classmethod: then the patch applies now)."""
+    from types import FunctionType
+    spots = []
+    for path in entries:
+        owner_path, _, name = path.rpartition(".")
+        owner = module
+        for part in owner_path.split(".") if owner_path else ():
+            owner = getattr(owner, part, None)
+        value = getattr(owner, "__dict__", {}).get(name)
+        if isinstance(getattr(value, "__func__", value), FunctionType):
+            spots.append((owner, name, path))
+    with process_lock(_locks):
+        # Behind another patch's stubs, a patch waits too: one applied now would wrap a stub.
+        later = bool(spots) or module.__name__ in _pending
+        if later:
+            _pending.setdefault(module.__name__, [])
+            if st not in _pending[module.__name__]:
+                _pending[module.__name__].append(st)
+        for owner, name, path in spots:
+            if not getattr(owner.__dict__[name], "mpcompat_first_use", False):
+                _stubs.replace(owner, name, _stub(owner, name), module.__name__)
+    if not later:
+        _module(st.spec.impl).apply(module)
+        return ""
+    if not spots:
+        return "its code loads with the other patches of %s, at their first use" % (
+            module.__name__)
+    return "its code loads at the first call of %s" % " or ".join(
+        sorted(path for _, _, path in spots))
+
+
+def _stub(owner, name):
+    """A stand-in for the function or classmethod ``owner.name``: its first call applies every
+    deferred patch of this process (in the caller's thread, never a Pool's helper thread, which
+    only runs once a Pool is made), then it calls what is there now. Named as the original,
+    it pickles by reference as it did."""
+    original = owner.__dict__[name]
+    function = getattr(original, "__func__", original)
+    fired = []
+
+    def first_use(*args, **kwargs):
+        if fired:  # reached again through a wrapper somebody made around the stub
+            return function(*args, **kwargs)
+        apply_deferred()
+        fired.append(True)
+        current = owner.__dict__.get(name)
+        if current is stub:  # still ours (the patch declined): the original
+            return function(*args, **kwargs)
+        if function is original:
+            return getattr(owner, name)(*args, **kwargs)
+        return getattr(args[0], name)(*args[1:], **kwargs)  # a classmethod: cls first
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(first_use, attr, getattr(function, attr))
+    first_use.__wrapped__, first_use.mpcompat_first_use = function, True
+    stub = first_use if function is original else classmethod(first_use)
+    return stub
+
+
+def apply_deferred():
+    """Apply every patch deferred to a first use, in table order, their stubs taken out first
+    (another thread calling a stub meanwhile waits for them)."""
+    _used[:] = [True]
+    if not _pending:
+        return
+    with process_lock(_locks):
+        for name, pending in list(_pending.items()):
+            del _pending[name]
+            _stubs.restore(name)
+            for st in pending:
+                module = st.applied.get(name)
+                if st.armed and module is not None:
+                    _apply_deferred(st, module)
+
+
+def _apply_deferred(st, module):
+    """Apply ``st`` to ``module`` now that its first-use attribute is called; never raise."""
+    try:
+        _module(st.spec.impl).apply(module)
+        return _applied(st, _judge(st)[1])
+    except NotNeeded as exc:
+        state, reason, warning = NOT_NEEDED, str(exc), None
+    except Skip as exc:
+        state, reason = SKIPPED, str(exc)
+        warning = "skipped on %s %s: %s" % (st.distribution, st.version, exc)
+    except Exception as exc:
+        from mpcompat.errors import describe_exception
+        state, reason = FAILED, describe_exception(exc)
+        warning = "failed on %s %s and was skipped: %s" % (st.distribution, st.version, reason)
+        if st.spec.impl in sys.modules:
+            revert([(st, module)])
+    st.applied.pop(module.__name__, None)
+    if not st.applied:
+        st.state, st.reason = state, reason
+    if warning:
+        _warn(st, warning, key=reason if state == FAILED else None)
+
+
+def _undefer(st, module):
+    """Take ``st`` off ``module``'s deferred patches; return whether it was one (its stubs go
+    with the last one)."""
+    with process_lock(_locks):
+        pending = _pending.get(module.__name__, ())
+        if st not in pending:
+            return False
+        pending.remove(st)
+        if not pending:
+            del _pending[module.__name__]
+            _stubs.restore(module)
+        return True
+
+
+def require(name):
+    """Raise PatchUnavailable for an explicitly requested patch that cannot apply (left off,
+    "skipped")."""
+    st = _states[name]
+    state, reason = st.state, st.reason
+    if state not in (SKIPPED, FAILED, NOT_NEEDED, MISSED):
+        state, reason = _judge(st)
+        if state == APPLIED and st.spec.distributions and not st.version:
+            reason = "%s is not installed (or has no version)" % " / ".join(st.spec.distributions)
+        elif state == APPLIED:
+            return
+    revert(_disarm(st, SKIPPED, reason))
+    from mpcompat.errors import PatchUnavailable  # only when raising: a module less to load
+    raise PatchUnavailable("patch %r cannot apply: %s" % (name, reason))
+
+
+def _warn(st, message, key=None):
+    from mpcompat.errors import warn
+    warn("patch %r %s" % (st.spec.name, message), key)
