@@ -712,41 +712,51 @@ def _verdict(st):
 
 
 def _apply(st, module):
-    """Apply ``st`` to ``module``; never raise."""
+    """Apply ``st`` to ``module`` (or defer it to a first use); never raise."""
     (state, reason), warning = _judge(st), None
     if st.spec.env_off():
         state, reason = NOT_NEEDED, st.spec.env_off()
     elif state == APPLIED:
         st.applied[module.__name__] = module
         entries = st.spec.first_use.get(module.__name__, ())
-        try:
-            if (entries and st.spec.impl not in sys.modules and not _used
-                    and not _child_starting()) or module.__name__ in _pending:
-                reason = "; ".join(filter(None, (reason, _defer(st, module, entries))))
-            else:
-                _module(st.spec.impl).apply(module)
-        except NotNeeded as exc:
-            state, reason = NOT_NEEDED, str(exc)
-        except Skip as exc:
-            state, reason = SKIPPED, str(exc)
-            warning = "skipped on %s %s: %s" % (st.distribution, st.version, exc)
-        except Exception as exc:
-            from mpcompat.errors import describe_exception
-            state, reason = FAILED, describe_exception(exc)
-            warning = "failed on %s %s and was skipped: %s" % (st.distribution, st.version,
-                                                               reason)
-            if st.spec.impl in sys.modules:
+        if (entries and st.spec.impl not in sys.modules and not _used
+                and not _child_starting()) or module.__name__ in _pending:
+            reason = "; ".join(filter(None, (reason, _defer(st, module, entries))))
+        else:
+            state, reason, warning = _run_apply(st, module, reason)
+            if state == APPLIED and not st.armed:  # disarmed meanwhile, by another thread
                 revert([(st, module)])
-        if state != APPLIED:
-            st.applied.pop(module.__name__, None)
-        elif not st.armed:  # disarmed meanwhile, by another thread: undo what was just done
+                return
+    _settle(st, module, state, reason, warning)
+
+
+def _run_apply(st, module, reason):
+    """Import the patch's module and apply it: ``(state, reason, warning)``."""
+    try:
+        _module(st.spec.impl).apply(module)
+        return APPLIED, reason, None
+    except NotNeeded as exc:
+        return NOT_NEEDED, str(exc), None
+    except Skip as exc:
+        return SKIPPED, str(exc), "skipped on %s %s: %s" % (st.distribution, st.version, exc)
+    except Exception as exc:
+        from mpcompat.errors import describe_exception
+        cause = describe_exception(exc)
+        if st.spec.impl in sys.modules:
             revert([(st, module)])
-            return
+        return FAILED, cause, "failed on %s %s and was skipped: %s" % (
+            st.distribution, st.version, cause)
+
+
+def _settle(st, module, state, reason, warning):
+    """Record the outcome of one application in status(), and warn where it declined."""
     if state == APPLIED:
         st.applications += 1
         _applied(st, reason)
-    elif not st.applied:  # one target applied and another declining: keep "applied"
-        st.state, st.reason = state, reason
+    else:
+        st.applied.pop(module.__name__, None)
+        if not st.applied:  # one target applied and another declining: keep "applied"
+            st.state, st.reason = state, reason
     if warning:  # patches failing for one cause (a file of mpcompat they share) warn once
         _warn(st, warning, key=reason if state == FAILED else None)
 
@@ -844,26 +854,12 @@ def apply_deferred():
 
 
 def _apply_deferred(st, module):
-    """Apply ``st`` to ``module`` now that its first-use attribute is called; never raise."""
-    try:
-        _module(st.spec.impl).apply(module)
-        return _applied(st, _judge(st)[1])
-    except NotNeeded as exc:
-        state, reason, warning = NOT_NEEDED, str(exc), None
-    except Skip as exc:
-        state, reason = SKIPPED, str(exc)
-        warning = "skipped on %s %s: %s" % (st.distribution, st.version, exc)
-    except Exception as exc:
-        from mpcompat.errors import describe_exception
-        state, reason = FAILED, describe_exception(exc)
-        warning = "failed on %s %s and was skipped: %s" % (st.distribution, st.version, reason)
-        if st.spec.impl in sys.modules:
-            revert([(st, module)])
-    st.applied.pop(module.__name__, None)
-    if not st.applied:
-        st.state, st.reason = state, reason
-    if warning:
-        _warn(st, warning, key=reason if state == FAILED else None)
+    """Apply ``st`` to ``module`` now that a first-use function is called; never raise."""
+    state, reason, warning = _run_apply(st, module, _judge(st)[1])
+    if state == APPLIED:
+        _applied(st, reason)  # counted when it was deferred
+    else:
+        _settle(st, module, state, reason, warning)
 
 
 def _undefer(st, module):
