@@ -11,6 +11,7 @@ _LAZY = {name: module for module, names in (
     ("mpcompat.diagnose", "explain assert_picklable"),
     ("mpcompat.pickling.per_process", "per_process"),
     ("mpcompat.errors", "MpcompatWarning PatchUnavailable BrokenPool WorkerLostError"),
+    ("mpcompat.shared_containers", "shared_list shared_dict"),
 ) for name in names.split()}
 
 __all__ = ["activate", "deactivate", "is_active", "status"] + list(_LAZY)

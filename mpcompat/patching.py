@@ -389,6 +389,15 @@ PATCHES = (
               supported=TORCH_TESTED, impl=IMPL + "torch_elastic_failures",
               summary="torchrun's failure summary names a rank that died without an error file "
                       "with its measured cause"),
+    PatchSpec("torch.leftovers",
+              targets=("torch.distributed.rendezvous", "torch.distributed.launcher.api",
+                       "torch.cuda"),
+              distributions=TORCH, supported=TORCH_TESTED, impl=IMPL + "torch_leftovers",
+              first_use={"torch.distributed.rendezvous": ("_create_c10d_store",),
+                         "torch.distributed.launcher.api": ("launch_agent",),
+                         "torch.cuda": ("_lazy_init",)},
+              summary="a port in use (EADDRINUSE) names the process holding it, and CUDA out "
+                      "of memory as a process starts this user's orphans holding the GPU"),
     PatchSpec("torch.collective_hang_dump",
               targets=("torch.distributed.distributed_c10d", "torch.distributed"),
               distributions=TORCH, supported=TORCH_TESTED, needs_env="MPCOMPAT_HANG_DUMP",
@@ -405,6 +414,18 @@ PATCHES = (
               impl=IMPL + "nuscenes_tracking_config",
               first_use={"nuscenes.eval.tracking.data_classes": ("TrackingConfig.__init__",)},
               summary="an unpickled TrackingConfig restores the module state its __init__ sets"),
+    PatchSpec("mmdet.shared_infos", targets=("mmdet.datasets.custom",),
+              distributions=("mmdet",), supported=">=2.14,<3.0", needs_env="MPCOMPAT_SHARED_INFOS",
+              impl=IMPL + "mmdet_shared_infos",
+              first_use={"mmdet.datasets.custom": ("CustomDataset.__init__",)},
+              summary="with MPCOMPAT_SHARED_INFOS=1, CustomDataset.data_infos is a read-only "
+                      "mpcompat.shared_list: DataLoader workers share it"),
+    PatchSpec("mmdet3d.shared_infos", targets=("mmdet3d.datasets.custom_3d",),
+              distributions=("mmdet3d",), supported=">=0.17,<1.0",
+              needs_env="MPCOMPAT_SHARED_INFOS", impl=IMPL + "mmdet_shared_infos",
+              first_use={"mmdet3d.datasets.custom_3d": ("Custom3DDataset.__init__",)},
+              summary="with MPCOMPAT_SHARED_INFOS=1, Custom3DDataset.data_infos is a read-only "
+                      "mpcompat.shared_list: DataLoader workers share it"),
     PatchSpec("opencv.worker_threads", targets=("cv2",), distributions=OPENCV,
               supported=">=4.5,<5.1", impl=IMPL + "opencv_worker_threads",
               summary="OpenCV runs single-threaded, OpenCL off, in DataLoader workers and "
@@ -799,7 +820,7 @@ def _defer(st, module, entries):
                 _pending[module.__name__].append(st)
         for owner, name, path in spots:
             if not getattr(owner.__dict__[name], "mpcompat_first_use", False):
-                _stubs.replace(owner, name, _stub(owner, name), module.__name__)
+                _stubs.replace(owner, name, _stub(owner, name, module.__name__), module.__name__)
     if not later:
         _module(st.spec.impl).apply(module)
         return ""
@@ -810,26 +831,33 @@ def _defer(st, module, entries):
         sorted(path for _, _, path in spots))
 
 
-def _stub(owner, name):
-    """A stand-in for the function or classmethod ``owner.name``: its first call applies every
-    deferred patch of this process (in the caller's thread, never a Pool's helper thread, which
-    only runs once a Pool is made), then it calls what is there now. Named as the original,
-    it pickles by reference as it did."""
+def _stub(owner, name, module_name):
+    """A stand-in for the function or classmethod ``owner.name`` of module ``module_name``: its
+    first call applies the deferred patches of that module's group (:func:`apply_deferred`; in
+    the caller's thread, never a Pool's helper thread, which only runs once a Pool is made),
+    then it calls what is there now. Named as the original, it pickles by reference as it
+    did."""
     original = owner.__dict__[name]
-    function = getattr(original, "__func__", original)
+    # a classmethod's function; a bound method (forkserver's module-level functions) is called
+    function = original.__func__ if isinstance(original, classmethod) else original
     fired = []
 
     def first_use(*args, **kwargs):
-        if fired:  # reached again through a wrapper somebody made around the stub
-            return function(*args, **kwargs)
-        apply_deferred()
-        fired.append(True)
-        current = owner.__dict__.get(name)
-        if current is stub:  # still ours (the patch declined): the original
-            return function(*args, **kwargs)
-        if function is original:
-            return getattr(owner, name)(*args, **kwargs)
-        return getattr(args[0], name)(*args[1:], **kwargs)  # a classmethod: cls first
+        try:
+            if fired:  # reached again through a wrapper somebody made around the stub
+                return function(*args, **kwargs)
+            apply_deferred(module_name)
+            fired.append(True)
+            current = owner.__dict__.get(name)
+            if current is stub:  # still ours (the patch declined): the original
+                return function(*args, **kwargs)
+            if function is original:
+                return getattr(owner, name)(*args, **kwargs)
+            return getattr(args[0], name)(*args[1:], **kwargs)  # a classmethod: cls first
+        except BaseException as exc:  # the user reads their frames, not this stub's
+            from mpcompat.workers.user_frames import drop_own_frames
+            drop_own_frames(exc)
+            raise
     for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
         setattr(first_use, attr, getattr(function, attr))
     first_use.__wrapped__, first_use.mpcompat_first_use = function, True
@@ -837,14 +865,30 @@ def _stub(owner, name):
     return stub
 
 
-def apply_deferred():
-    """Apply every patch deferred to a first use, in table order, their stubs taken out first
-    (another thread calling a stub meanwhile waits for them)."""
+# The targets whose functions start or feed worker processes: a Pool's, a Queue's and an
+# executor's helper threads call some of them (a task pickled, a worker restarted), and must never
+# import (the fork rule). The first stub of any of them, called in the user's thread, applies the
+# deferred patches of all of them; the stub of another target applies its own module's.
+_WORKER_TARGETS = ("multiprocessing.", "concurrent.futures.", "torch.utils.data.",
+                   "torch.multiprocessing.")
+
+
+def _first_use_group(name):
+    return "workers" if name.startswith(_WORKER_TARGETS) else name
+
+
+def apply_deferred(target=None):
+    """Apply the patches deferred to a first use: those of ``target`` (a module name) and of
+    the targets it goes with (``_WORKER_TARGETS``), or of every target, in table order, their
+    stubs taken out first (another thread calling a stub meanwhile waits for them)."""
     _used[:] = [True]
     if not _pending:
         return
+    group = None if target is None else _first_use_group(target)
     with process_lock(_locks):
         for name, pending in list(_pending.items()):
+            if group is not None and _first_use_group(name) != group:
+                continue
             del _pending[name]
             _stubs.restore(name)
             for st in pending:

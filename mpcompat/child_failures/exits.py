@@ -6,7 +6,8 @@ by the user's thread as the Pool or executor is made: plain formatting, no impor
 - The exit code or signal by name; what an exit code means where Python defines it.
 - A SIGKILL: whether the kernel's OOM killer sent it (:func:`oom_verdict`: the kernel log, else
   the counters :mod:`.memory_evidence` read as the worker started and ended), the limit hit and
-  the worker's peak memory.
+  the worker's peak memory; for a DataLoader worker whose private memory mpcompat read growing,
+  that growth and what it copied (``mpcompat.diagnose.dataset_growth``).
 - A native crash: the worker's Python stack at the crash, read from the file the patch
   ``multiprocessing.failure_records`` had faulthandler write (:func:`crash_lines`); for a SIGBUS,
   or torch's "unable to allocate shared memory", /dev/shm's measured facts and the fix
@@ -152,6 +153,9 @@ def _sigkill_lines(pid):
     elif reaper == "the forkserver":
         lines.append("Its peak resident memory is not known: the forkserver reaped it, and "
                      "tells only its exit status.")
+    sampled = sys.modules.get("mpcompat.workers.dataset_memory")  # a DataLoader's workers
+    if sampled is not None:
+        lines += sampled.death_lines(pid)
     return lines
 
 

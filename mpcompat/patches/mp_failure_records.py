@@ -25,6 +25,10 @@ when a failure is seen.
   after them (:func:`_chain_after_torch`). A program's own faulthandler (``PYTHONFAULTHANDLER``,
   ``-X faulthandler``, ``-X dev``, ``faulthandler.enable()`` inherited by a fork) is left
   writing where it writes: faulthandler has one file, and the program asked for its dump there.
+- ``BaseProcess._bootstrap`` also makes the child end with its parent (:func:`watch_parent`,
+  ``mpcompat.workers.parent_death``): SIGIO as its parent sentinel closes, one line on its
+  stderr, exit; not a child started while ``MPCOMPAT_OUTLIVE_PARENT`` is set (``start`` notes
+  it in the child's ``_config``). A torchrun rank watches its agent (``arm_inherited``).
 - ``BaseProcess.join``, and ``is_alive`` once it sees the end: a crash file no crash wrote is
   removed; a plain ``Process`` (not a worker whose owner names the cause) that exits non-zero
   after recording why is named once per cause, as an ``MpcompatWarning``; as the process exits
@@ -50,6 +54,11 @@ KEY = "mpcompat_failure_channel"  # in the preparation data of spawn and forkser
 NAMED = "mpcompat_failure_named"  # there too: who names the child's start-up error
 CRASH_KEY = "mpcompat_crash_file"  # in a child's process object's _config: its crash file
 CRASH_ENV = "MPCOMPAT_CRASH_FILES"  # the same, in the environment a torchrun agent gives its ranks
+OUTLIVE_ENV = "MPCOMPAT_OUTLIVE_PARENT"  # set as start() runs: that child outlives its parent
+OUTLIVE_KEY = "mpcompat_outlive_parent"  # in a child's _config: the same, as start() saw it
+AGENT_ENV = "MPCOMPAT_AGENT_PID"  # in a torchrun rank's environment: its agent's pid
+# fcntl's F_SETOWN_EX with F_OWNER_TID (struct f_owner_ex's type, 0), and O_ASYNC: Linux's.
+_F_SETOWN_EX, _OWNER_TID, _O_ASYNC = 15, bytes(4), 0o20000
 IMPORTING = "importing the main module %s as __mp_main__"
 _FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) |
           getattr(os, "O_CLOEXEC", 0))
@@ -71,6 +80,9 @@ child = SimpleNamespace(stage=None, importing=None, told=None)
 # This process's own crash file: armed, (pid, fd, path) while faulthandler writes to it; user,
 # the program's own faulthandler was on as this child started.
 crash = SimpleNamespace(armed=None, user=False)
+# The parent this process watches: armed, (pid, parent sentinel or None for a torchrun rank,
+# the parent's pid, what this process is called in its death note).
+watched = SimpleNamespace(armed=None)
 _preloaded = []  # a forkserver's: True once it loaded what its children need
 
 
@@ -100,6 +112,8 @@ def _drop_own_frames(exc):
 def _start(original):
     @functools.wraps(original)
     def start(self):
+        if OUTLIVE_ENV in os.environ:
+            self._config[OUTLIVE_KEY] = os.environ[OUTLIVE_ENV] not in ("", "0")
         channel = parent.channel if parent.pid == os.getpid() else _channel()
         try:
             if channel is None:
@@ -141,6 +155,11 @@ def _is_alive(original):
 def _bootstrap(original):
     @functools.wraps(original)
     def bootstrap(self, *args, **kwargs):
+        if not self._config.get(OUTLIVE_KEY):
+            watch_parent(kwargs.get("parent_sentinel", args[0] if args else None),
+                         self._parent_pid, self.name)
+        else:
+            _leave_siblings()
         prefix = self._config.get(CRASH_KEY)
         if prefix is None:
             return original(self, *args, **kwargs)
@@ -150,6 +169,57 @@ def _bootstrap(original):
         finally:
             disarm()
     return bootstrap
+
+
+def watch_parent(sentinel, parent, name):
+    """In a ``multiprocessing`` child as it starts: end this process, with one line on its
+    stderr, when ``sentinel`` (its parent sentinel, a pipe's read end whose only write end is
+    its parent's) reaches EOF as ``parent`` (pid) dies (``mpcompat.workers.parent_death``).
+    Linux; never raises."""
+    # The kernel sends SIGIO to the main thread (its tid is the pid: a child starts with one)
+    # as the last write end closes: no thread, no poll.
+    if sentinel is None or not sys.platform.startswith("linux"):
+        return
+    try:
+        import fcntl
+        import _signal
+        pid = os.getpid()
+        watched.armed = (pid, sentinel, parent, "process %r" % name)
+        _signal.signal(_signal.SIGIO, _parent_signal)
+        fcntl.fcntl(sentinel, _F_SETOWN_EX, _OWNER_TID + pid.to_bytes(4, sys.byteorder))
+        fcntl.fcntl(sentinel, fcntl.F_SETFL,
+                    fcntl.fcntl(sentinel, fcntl.F_GETFL) | _O_ASYNC | os.O_NONBLOCK)
+        try:
+            if os.read(sentinel, 1) == b"":  # it died before the kernel was asked
+                _parent_signal(_signal.SIGIO, None)
+        except BlockingIOError:
+            pass
+    except Exception:
+        pass
+
+
+def _leave_siblings():
+    """In a child that outlives its parent: close the parent's ends of its siblings' pipes that
+    a fork child inherits (``close_fds`` finalizers of their Popens), so that the siblings still
+    see their parent sentinel close as the parent dies. Never raises."""
+    util = sys.modules.get("multiprocessing.util")
+    try:
+        for finalizer in list(util._finalizer_registry.values()):
+            if getattr(finalizer, "_callback", None) is util.close_fds:
+                for fd in finalizer._args:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+    except Exception:
+        pass
+
+
+def _parent_signal(signum, frame):
+    """SIGIO (:func:`watch_parent`): ``parent_death.on_signal``, loaded as it comes."""
+    if watched.armed is not None and watched.armed[0] == os.getpid():
+        from mpcompat.workers.parent_death import on_signal
+        on_signal(watched.armed)
 
 
 def arm(prefix):
@@ -186,7 +256,11 @@ def arm(prefix):
 def arm_inherited():
     """In a process started by a parent that shared its crash files' path
     (``channel.share_with_children``: a torchrun rank): arm as :func:`arm` does; the file goes
-    at exit. Never raises."""
+    at exit. A rank whose agent named its pid (:data:`AGENT_ENV`) ends with it
+    (``parent_death.watch_agent``). Never raises."""
+    if os.environ.get(AGENT_ENV):
+        from mpcompat.workers.parent_death import watch_agent
+        watch_agent(sys.modules[__name__])
     prefix = os.environ.get(CRASH_ENV)
     if prefix:
         import atexit

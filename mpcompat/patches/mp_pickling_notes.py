@@ -25,11 +25,17 @@ def _report(exc, obj, pickler, protocol, where):
 def _wrap_dump(original, module):
     @functools.wraps(original)
     def dump(obj, file, protocol=None):
+        start = file.tell() if type(file) is io.BytesIO else None
         try:
-            return original(obj, file, protocol)
+            result = original(obj, file, protocol)
         except Exception as exc:
             _report(exc, obj, module.ForkingPickler, protocol, "start")
             raise
+        if start is not None and "_popen" in getattr(obj, "__dict__", ()):
+            # A Process object for a spawn/forkserver start: its size (the DataLoader
+            # dataset in its args) is read by mpcompat.workers.dataset_memory.
+            obj.__dict__["_mpcompat_sent_bytes"] = file.tell() - start
+        return result
     return dump
 
 

@@ -76,6 +76,8 @@ def apply(module):
         raise NotNeeded("no fork on this platform")
     lazy_init, bad_fork = module.__dict__.get("_lazy_init"), module.__dict__.get(
         "_is_in_bad_fork")
+    for _ in range(8):  # torch's own, under a wrapper put there first (torch.leftovers')
+        lazy_init = getattr(lazy_init, "__wrapped__", lazy_init)
     code = getattr(lazy_init, "__code__", None)
     if code is None or not callable(bad_fork) or not {"_cuda_init", "_is_in_bad_fork"} <= set(
             code.co_names):

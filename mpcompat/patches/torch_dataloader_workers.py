@@ -5,7 +5,10 @@ an ``_on_queue_feeder_error`` that sends a batch's pickling error instead of dro
 (pytorch#142884). In the main process, the "exited unexpectedly" error of
 ``_MultiProcessingDataLoaderIter._try_get_data`` gains how each dead worker ended (its pid, its
 exit code or signal) and the error it recorded; its ``__init__`` (``iter()``) starts the workers
-with one reading of the OOM kill counters for all (``memory_evidence.batch``).
+with one reading of the OOM kill counters for all (``memory_evidence.batch``), then keeps a
+sampler of their private memory (``mpcompat.workers.dataset_memory``), which
+``_try_get_data`` runs every few seconds (a ``time.monotonic()`` per batch otherwise): a dataset
+that grows in every worker is named once.
 
 What explains a failure (the explainer, the notes, how a worker ended) is loaded when one is
 seen: in the worker's thread that hit it (its main thread, or the queue's feeder thread, which
@@ -14,6 +17,7 @@ main process's thread that iterates.
 """
 import functools
 import sys
+import time
 
 from torch._utils import ExceptionWrapper  # loaded with torch, which imports this module
 
@@ -167,6 +171,11 @@ def _starting_workers(original):
         from mpcompat.child_failures import memory_evidence  # iter(), in the user's thread
         with memory_evidence.batch():
             original(self, *args, **kwargs)
+        try:
+            from mpcompat.workers import dataset_memory
+            dataset_memory.start(self)
+        except Exception:  # never keep a DataLoader from iterating
+            pass
     return __init__
 
 
@@ -176,6 +185,9 @@ def _try_get_data(original):
     errors (a plain function: wrapt is not loaded for it)."""
     @functools.wraps(original)
     def _try_get_data(self, *args, **kwargs):
+        sampler = self.__dict__.get("_mpcompat_memory")
+        if sampler is not None and time.monotonic() >= sampler.due:
+            _sample(sampler)
         try:
             result = original(self, *args, **kwargs)
         except RuntimeError as exc:
@@ -190,6 +202,13 @@ def _try_get_data(original):
             _add_shm_lines(item[1], self)
         return result
     return _try_get_data
+
+
+def _sample(sampler):
+    try:
+        sys.modules["mpcompat.workers.dataset_memory"].sample(sampler)
+    except Exception:  # never break the user's loop
+        sampler.due = float("inf")
 
 
 def _name_dead_workers(exc, instance):

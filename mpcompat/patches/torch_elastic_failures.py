@@ -9,13 +9,14 @@ sender of SIGKILL, the exit code's meaning) and, for a function entrypoint (``el
 cause mpcompat noted on the error torch caught from the rank (a start-up failure, its fix).
 A rank started as a script (not ``multiprocessing``'s) arms the crash file the agent names in
 the environment it inherits (``mpcompat.child_failures.channel``): a native crash is named with
-the rank's Python stack; the agent's OOM counters, read as the patch applies, stand for those
-read as each rank started. A rank whose error says that a peer is gone (:func:`after_a_peer`)
-failed because another one did: it is dated a second after the agent learnt it, so that the
-summary's root cause (the earliest failure, dates in whole seconds, the agent's own date for a
-rank without a file) is the rank that died first; unless it is that root cause,
-``ChildFailedError.format_msg`` shows it in one line (its error file keeps the whole
-traceback). Where mpcompat has the cause of a rank without an error file (a start-up failure's
+the rank's Python stack; and it dies with its agent, whose pid is there too
+(``mpcompat.workers.parent_death``). The agent's OOM counters, read as the patch applies, stand
+for those read as each rank started. A rank whose error says that a peer is gone
+(:func:`after_a_peer`) failed because another one did: it is dated a second after the agent
+learnt it, so that the summary's root cause (the earliest failure, dates in whole seconds, the
+agent's own date for a rank without a file) is the rank that died first; unless it is that
+root cause, ``ChildFailedError.format_msg`` shows it in one line (its error file keeps the
+whole traceback). Where mpcompat has the cause of a rank without an error file (a start-up failure's
 notes), the cause replaces torch's placeholder ("To enable traceback see: ...", torch 1.9:
 "Process failed with exitcode 1").
 """
@@ -25,6 +26,7 @@ import re
 import sys
 import time
 
+from mpcompat.patches.mp_failure_records import AGENT_ENV
 from mpcompat.patching import Patcher
 from mpcompat.patching import Skip
 
@@ -162,6 +164,8 @@ def apply(module):
     if "TORCHELASTIC_ERROR_FILE" not in os.environ:  # not in a rank: maybe the agent
         from mpcompat.child_failures import channel, memory_evidence
         channel.share_with_children()
+        # Its ranks end with it (mp_failure_records.arm_inherited: PR_SET_PDEATHSIG).
+        os.environ[AGENT_ENV] = str(os.getpid())
         _agent[:] = [memory_evidence.snapshot()]
     patcher.replace(cls, "__post_init__", _post_init(patcher.original(cls, "__post_init__")),
                     target=module.__name__)

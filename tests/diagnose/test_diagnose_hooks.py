@@ -21,7 +21,7 @@ import workers
 from testenv import LOCAL_OBJECT_ERROR, child_env
 from mpcompat.diagnose.notes import add_note, notes_of
 from mpcompat.patches import mp_pickling_notes
-from mpcompat.patching import PATCHES
+from mpcompat.patching import PATCHES, apply_deferred
 
 NOTES = "multiprocessing.pickling_notes"
 BOOTSTRAP = "multiprocessing.bootstrap_notes"
@@ -54,6 +54,7 @@ def test_hooks_are_declared_patches_and_reversible(restore_mpcompat):
         spec = {s.name: s for s in PATCHES}[name]
         assert spec.distributions == () and spec.supported == ">=3.8,<3.16"
     mpcompat.activate()
+    apply_deferred()  # what the first Pool, Process start or pickling would do
     states = {p.name: p.state for p in mpcompat.status().patches}
     assert states[NOTES] == states[BOOTSTRAP] == "applied"
     dump, dumps = reduction.dump, reduction.ForkingPickler.__dict__["dumps"]
@@ -71,6 +72,7 @@ def test_hooks_are_declared_patches_and_reversible(restore_mpcompat):
     assert reduction.dump is original_dump
     assert {p.name: p.state for p in mpcompat.status().patches}[NOTES] == "disabled"
     mpcompat.activate()
+    apply_deferred()
     assert reduction.dump.__wrapped__ is original_dump
     assert reduction.ForkingPickler.__dict__["dumps"] is not original_dumps
     assert mp_pickling_notes.patcher.original(reduction.ForkingPickler, "dumps") \

@@ -1,0 +1,220 @@
+"""How much private memory a DataLoader's workers hold, read now and then by the main process
+(patches.md, "torch.dataloader_workers: dataset memory"): the success path, kept tiny.
+
+:func:`start` (the iterator's ``__init__``, ``iter()``) keeps the worker pids, the start method,
+this process's resident memory and, under spawn/forkserver, the bytes of each worker's pickled
+Process object (the dataset is in it; ``multiprocessing.pickling_notes`` measures it as it
+pickles it). :func:`sample` (``_try_get_data``, per batch, in the thread that iterates) reads
+one worker's ``/proc/PID/smaps_rollup`` (Private_Dirty, Pss; else the sum over ``smaps``,
+kernels < 4.14) at a time, in turn: each every ``INTERVAL`` seconds, or less often where reading
+takes more than ``COST_SHARE`` of the time (the kernel walks the worker's page tables: measured
+here, 5 ms for a worker mapping 150 MB, 35 ms for one mapping 650 MB); the first reading comes
+``INTERVAL`` seconds after ``iter()`` (none for a shorter loop). When a rule holds
+(:func:`_grows` under fork; under spawn/forkserver, in :func:`start`: the copies, times
+:func:`ranks`, take at least ``COPIES_SHARE`` of :func:`memory_limit`),
+:mod:`mpcompat.diagnose.dataset_growth` is loaded and says it once. The readings of each
+worker stay in :data:`readings` for the report of its death (``exits``).
+"""
+import os
+import sys
+import time
+import weakref
+
+from mpcompat.child_failures import memory_evidence  # loaded with the iterator's __init__
+
+INTERVAL = 2.0            # seconds between two readings of a worker, at least,
+COST_SHARE = 0.01         # and long enough that reading takes at most this share of the time
+GROWTH_MIN = 64 << 20     # bytes each worker's private memory grew by, on average, at least
+GROWTH_SHARE = 0.10       # and at least this share of the main process's resident memory
+RISE_MIN = 1 << 20        # bytes per worker the last reading rose by: still growing
+READINGS_MIN = 3          # readings taken at least (the first is the baseline)
+COPIES_SHARE = 0.25       # spawn: pickled copies x ranks, at least this share of the limit
+COPIES_MIN = 16 << 20     # spawn: bytes of copies below which the limit is not even read
+_KEPT = 1000              # workers whose readings are kept (for the report of their death)
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_FORK = "multiprocessing.popen_fork"
+_DIRTY, _PSS = b"\nPrivate_Dirty:", b"\nPss:"
+
+readings = {}   # pid -> Worker
+
+
+class Worker(object):
+    """A worker's readings: ``first``, ``previous``, ``last`` Private_Dirty (bytes), ``pss``
+    (the last Pss), ``since`` and ``at`` (time.monotonic() of the first and last),
+    ``count``; ``sampler`` its DataLoader's."""
+    __slots__ = ("first", "previous", "last", "pss", "since", "at", "count", "sampler")
+
+    def __init__(self, dirty, pss, now, sampler):
+        self.first = self.previous = self.last = dirty
+        self.pss, self.since, self.at, self.count, self.sampler = pss, now, now, 1, sampler
+
+
+class Sampler(object):
+    """What is known of one DataLoader iterator's workers (``loader``: a weak reference to the
+    iterator; ``fork``: its start method is fork; ``resident``: this process's resident bytes
+    at ``iter()``; ``sent``: the pickled bytes of each worker's Process object, or None)."""
+    __slots__ = ("pids", "loader", "fork", "resident", "sent", "due", "said", "turn")
+
+    def __init__(self, iterator, workers):
+        self.pids = [w.pid for w in workers]
+        self.loader = weakref.ref(iterator)
+        self.fork = type(workers[0]._popen).__module__ == _FORK
+        self.resident = _resident()
+        sent = [w.__dict__.get("_mpcompat_sent_bytes") for w in workers]
+        self.sent = None if None in sent else sent
+        now = time.monotonic()
+        self.due, self.said, self.turn = now + INTERVAL, False, 0
+        if self.fork:  # a fork worker's pages are all shared as it starts: its baseline is 0
+            for pid in self.pids:
+                _keep(pid, Worker(0, 0, now, self))
+
+
+def start(iterator):
+    """Keep a :class:`Sampler` on a DataLoader iterator whose workers have just started."""
+    workers = list(getattr(iterator, "_workers", ()))
+    if workers and all(w.pid for w in workers):
+        iterator._mpcompat_memory = sampler = Sampler(iterator, workers)
+        if sampler.sent is not None and sum(sampler.sent) * ranks() >= COPIES_MIN:
+            limit = memory_limit()
+            if limit and sum(sampler.sent) * ranks() >= COPIES_SHARE * limit[0]:
+                _say(sampler, "copies")
+
+
+def sample(sampler):
+    """Read the private memory of the next worker in turn (called when ``sampler.due``: one
+    worker at a time, so that the thread that iterates stops for one reading only); say it if
+    the workers' memory grows."""
+    now = time.monotonic()
+    pid = sampler.pids[sampler.turn % len(sampler.pids)]
+    sampler.turn += 1
+    measured = private_memory(pid)
+    # A reading walks the worker's page tables: some ms per 100 MB it maps.
+    spent = time.monotonic() - now
+    sampler.due = now + max(INTERVAL / len(sampler.pids), spent / COST_SHARE)
+    if measured is None:
+        return
+    dirty, pss = measured
+    worker = readings.get(pid)
+    if worker is None or worker.sampler is not sampler:
+        _keep(pid, Worker(dirty, pss, now, sampler))
+    else:
+        worker.previous, worker.last, worker.pss, worker.at = worker.last, dirty, pss, now
+        worker.count += 1
+    if not sampler.said and sampler.fork and _grows(sampler):
+        _say(sampler, "growth")
+
+
+def _keep(pid, worker):
+    readings.pop(pid, None)
+    readings[pid] = worker
+    if len(readings) > _KEPT:
+        del readings[next(iter(readings))]
+
+
+def private_memory(pid, files=("smaps_rollup", "smaps")):
+    """(Private_Dirty, Pss) of process ``pid`` in bytes, from the first of ``files`` of
+    ``/proc/PID/`` that can be read (smaps_rollup: Linux 4.14+; smaps is summed), or None."""
+    for name in files:
+        try:
+            if name == "smaps_rollup":
+                data = memory_evidence.read("/proc/%d/smaps_rollup" % pid)
+            else:
+                with open("/proc/%d/%s" % (pid, name), "rb") as fh:  # long: no short read
+                    data = fh.read()
+        except OSError:
+            continue
+        if _DIRTY in data:  # a zombie's reads empty
+            return _total(data, _DIRTY), _total(data, _PSS)
+    return None
+
+
+def _total(data, name):
+    """The sum of the ``name`` fields (kB) of smaps data, in bytes."""
+    total, at = 0, data.find(name)
+    while at >= 0:
+        start = at + len(name)
+        total += int(data[start:data.index(b"kB", start)])
+        at = data.find(name, start)
+    return total * 1024
+
+
+def _grows(sampler):
+    """The rule (patches.md): over at least ``READINGS_MIN`` readings (a fork worker's first
+    is 0, as it starts), the workers' private memory grew, on average per worker, by more than
+    ``GROWTH_MIN`` and more than ``GROWTH_SHARE`` of this process's resident memory at
+    ``iter()`` (what a fork worker shares and can copy), and it still rose at the last reading
+    (by ``RISE_MIN`` per worker)."""
+    workers = [w for w in map(readings.get, sampler.pids)
+               if w is not None and w.sampler is sampler and w.count >= READINGS_MIN]
+    if not workers:
+        return False
+    count = len(workers)
+    growth = sum(w.last - w.first for w in workers)
+    return growth > count * max(GROWTH_MIN, GROWTH_SHARE * sampler.resident) and \
+        sum(w.last - w.previous for w in workers) > count * RISE_MIN
+
+
+def grew(pid):
+    """The :class:`Worker` readings of ``pid`` if its private memory grew as :func:`_grows`
+    counts it (per worker), else None."""
+    worker = readings.get(pid)
+    if worker is None or worker.count < 2:
+        return None
+    started = memory_evidence.workers.get(pid)
+    if started is not None and started.since > worker.since:
+        return None  # the pid of a later process
+    floor = max(GROWTH_MIN, GROWTH_SHARE * worker.sampler.resident)
+    return worker if worker.last - worker.first > floor else None
+
+
+def death_lines(pid):
+    """What a dead worker's error adds if its private memory grew (:func:`grew`): the growth
+    and what it copied (``dataset_growth.death_lines``, loaded then), else nothing."""
+    worker = grew(pid)
+    if worker is None:
+        return []
+    from mpcompat.diagnose.dataset_growth import death_lines as lines
+    return lines(worker)
+
+
+def _say(sampler, why):
+    sampler.said = True
+    try:
+        from mpcompat.diagnose import dataset_growth  # the note fires: loaded now
+        dataset_growth.say(sampler, why, sys.modules[__name__])
+    except Exception:  # never break the user's loop
+        pass
+
+
+def ranks():
+    """The processes of this job on this machine: ``LOCAL_WORLD_SIZE`` (torchrun), else
+    ``WORLD_SIZE``, else 1."""
+    for name in ("LOCAL_WORLD_SIZE", "WORLD_SIZE"):
+        value = os.environ.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return 1
+
+
+def memory_limit():
+    """(bytes, what it is) of the memory this process may use: its memory cgroup's limit,
+    else the machine's (MemTotal); None if neither can be read."""
+    cgroup = memory_evidence.memory_cgroup()
+    if cgroup is not None:
+        name = "memory.limit_in_bytes" if cgroup[1] == 1 else "memory.max"
+        try:
+            text = memory_evidence.read(os.path.join(cgroup[2], name)).strip()
+        except OSError:
+            text = b""
+        if text.isdigit() and int(text) < 1 << 60:
+            return int(text), "the limit of memory cgroup %s (%s)" % (cgroup[2], name)
+    total = memory_evidence.field("/proc/meminfo", b"MemTotal:")
+    return (total * 1024, "the machine's memory (MemTotal)") if total else None
+
+
+def _resident():
+    """This process's resident memory in bytes (``/proc/self/statm``), or 0."""
+    try:
+        return int(memory_evidence.read("/proc/self/statm").split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
