@@ -185,10 +185,12 @@ def _try_get_data(original):
     errors (a plain function: wrapt is not loaded for it)."""
     @functools.wraps(original)
     def _try_get_data(self, *args, **kwargs):
-        sampler = self.__dict__.get("_mpcompat_memory")
-        if sampler is not None and time.monotonic() >= sampler.due:
-            _sample(sampler)
+        # torch's SIGCHLD handler raises its "is killed by signal" error wherever the main
+        # thread is: the sampling runs inside the try, so that error is handled as torch's own.
         try:
+            sampler = self.__dict__.get("_mpcompat_memory")
+            if sampler is not None and time.monotonic() >= sampler.due:
+                _sample(sampler)
             result = original(self, *args, **kwargs)
         except RuntimeError as exc:
             _name_dead_workers(exc, self)
@@ -207,8 +209,10 @@ def _try_get_data(original):
 def _sample(sampler):
     try:
         sys.modules["mpcompat.workers.dataset_memory"].sample(sampler)
-    except Exception:  # never break the user's loop
+    except Exception as exc:  # never break the user's loop, but let torch's SIGCHLD error by
         sampler.due = float("inf")
+        if type(exc) is RuntimeError and str(exc).startswith("DataLoader worker"):
+            raise
 
 
 def _name_dead_workers(exc, instance):

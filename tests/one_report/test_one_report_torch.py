@@ -9,7 +9,7 @@ import pytest
 from one_report_helpers import own_lines, run_user_script
 
 KILLED = '''\
-import os, signal, sys
+import os, signal, sys, time
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -19,10 +19,15 @@ class Killed(Dataset):
 
     def __getitem__(self, i):
         if i == 3:
+            time.sleep(0.3)  # the main process waits in its queue's get by then
             os.kill(os.getpid(), signal.SIGKILL)
         return torch.zeros(4)
 
 if __name__ == "__main__":
+    # torch resolves record_function's ops lazily at the first batch; a SIGCHLD landing there
+    # turns torch's error into an AttributeError (torch's race, with or without mpcompat).
+    with torch.autograd.profiler.record_function("warm-up"):
+        pass
     loader = DataLoader(Killed(), batch_size=2, num_workers=2,
                         multiprocessing_context=sys.argv[1])
     for batch in loader:
@@ -42,7 +47,9 @@ def test_a_killed_dataloader_worker_leaves_nothing_on_disk(method, tmp_path):
     code, lines = run_user_script(script, KILLED, method, timeout=180, TMPDIR=str(private),
                                   TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "torch-cache"))
     text = "\n".join(lines)
-    assert code == 1 and "exited unexpectedly" in text, text
+    # torch's own error either way: "exited unexpectedly" when the worker's SIGCHLD lands in
+    # its queue's get, "is killed by signal" from torch's SIGCHLD handler anywhere else.
+    assert code == 1 and ("exited unexpectedly" in text or "is killed by signal" in text), text
     assert "killed by signal 9 (SIGKILL)" in text, text
     assert os.listdir(str(private)) == [], text
     assert own_lines(lines) == [], text  # before 3.11: left out by sys.excepthook
