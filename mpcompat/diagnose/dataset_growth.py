@@ -1,13 +1,13 @@
-"""The note on a DataLoader dataset whose copies fill the workers' memory, and the line a
-worker's OOM death gains: loaded only when :mod:`mpcompat.workers.dataset_memory` sees the rule
-hold, or a worker it measured dies of SIGKILL (patches.md, "torch.dataloader_workers: dataset
-memory").
+"""The note on a DataLoader dataset (or what a Pool's workers read) whose copies fill the
+workers' memory, and what a DataLoader worker's OOM death names: loaded only when
+:mod:`mpcompat.workers.dataset_memory` sees the rule hold, or a DataLoader worker it measured
+dies of SIGKILL (patches.md, "torch.dataloader_workers: dataset memory").
 
 - What was measured: each worker's private memory (fork), or the pickled copies (spawn).
 - The projection: workers x ranks on this machine x size, against the memory limit.
-- The attribute to blame: the largest container of Python objects reachable from the dataset,
-  found by a walk bounded in objects and time (:func:`largest_container`), in this process,
-  which holds the same dataset object.
+- The attribute to blame: the largest container of Python objects reachable from the dataset
+  (a Pool's: from the main module's globals), found by a walk bounded in objects and time
+  (:func:`largest_container`), in this process, which holds the same objects.
 - The fix: ``mpcompat.shared_list(...)`` / ``mpcompat.shared_dict(...)``.
 """
 import itertools
@@ -24,6 +24,8 @@ _ITEM_VISITS = 2000    # objects measured per sampled item, at most
 _DEPTH = 4             # attributes followed from the dataset, at most
 _MIN_ITEMS = 100        # a container blamed holds at least this many items
 _PLURALS = ("dict", "list", "tuple", "set", "frozenset", "int", "float")
+# What the workers read, by the kind of their owner.
+_READ = {"DataLoader": "the dataset", "Pool": "the main process's objects"}
 
 
 def say(sampler, why, memory):
@@ -31,27 +33,37 @@ def say(sampler, why, memory):
     grows) or "copies" (the spawn copies weigh on the limit); ``memory``: the sampler's module,
     :mod:`mpcompat.workers.dataset_memory`, which calls this."""
     from mpcompat.errors import warn
-    found = _blamed(sampler)
+    found = blame(sampler)
     lines = _growth_lines(sampler, memory) if why == "growth" else _copies_lines(sampler)
     if found:
-        lines.append("The largest container of Python objects in the dataset: %s."
-                     % _describe(found))
-    lines += _projection_lines(sampler, found, memory) + _fix_lines(found)
+        lines.append("The largest container of Python objects in %s: %s." % (
+            "the dataset" if sampler.kind == "DataLoader" else "the main module's globals",
+            sampler.blamed[0]))
+    lines += _projection_lines(sampler, found, memory) + [sampler.blamed[1]]
     warn("\n".join(lines), key="dataset-memory", at=_loop_line())
 
 
-def _blamed(sampler):
-    """:func:`largest_container` of the dataset of ``sampler``'s DataLoader, or None."""
-    dataset = getattr(sampler.loader(), "_dataset", None)
-    return largest_container(dataset) if dataset is not None else None
+def blame(sampler):
+    """:func:`largest_container` of what ``sampler``'s workers read (its DataLoader's dataset,
+    its Pool's main module), or None; sets ``sampler.blamed`` (what to name, the fix line)."""
+    found = None
+    if sampler.kind == "DataLoader":
+        dataset = getattr(sampler.owner(), "_dataset", None)
+        found = largest_container(dataset) if dataset is not None else None
+    elif sys.modules.get("__main__") is not None:
+        found = largest_container(sys.modules["__main__"], "")
+    sampler.blamed = (_describe(found) if found else _READ[sampler.kind],
+                      _fix_line(found, sampler.kind))
+    return found
 
 
 def _loop_line():
-    """(file, line) of the user's frame that iterates the DataLoader (not torch's, not ours)."""
+    """(file, line) of the user's frame that iterates the DataLoader or calls the Pool (not
+    torch's, multiprocessing's or ours)."""
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_globals.get("__name__") or ""
-        if not name.startswith(("mpcompat.", "torch.")):
+        if not name.startswith(("mpcompat.", "torch.", "multiprocessing.")):
             return frame.f_code.co_filename, frame.f_lineno
         frame = frame.f_back
     return None
@@ -63,22 +75,25 @@ def _growth_lines(sampler, memory):
     total = sum(w.last - w.first for _, w in workers)
     seconds = max(w.at - w.since for _, w in workers)
     each = "; ".join("pid %d: %s" % (pid, size(w.last)) for pid, w in workers)
+    read = _READ[sampler.kind]
     return [
-        "the private memory of this DataLoader's %d worker processes grows as they read the "
-        "dataset: it grew to %s in all in the %.0f s since they were forked, and still grows "
-        "(Private_Dirty, /proc/PID/smaps_rollup; %s)." % (len(workers), size(total), seconds,
-                                                         each),
+        "the private memory of this %s's %d worker processes grows as they read %s: it grew to "
+        "%s in all in the %.0f s since they were forked, and still grows (Private_Dirty, "
+        "/proc/PID/smaps_rollup; %s)." % (sampler.kind, len(workers), read, size(total),
+                                          seconds, each),
         "Cause: reading a Python object changes its reference count, so the kernel copies "
-        "each page a worker reads from the main process's dataset into that worker "
-        "(copy-on-write after fork): every worker ends up with its own copy of what it read."]
+        "each page a worker reads from %s into that worker (copy-on-write after fork): every "
+        "worker ends up with its own copy of what it read." % read.replace(
+            "the dataset", "the main process's dataset")]
 
 
 def _copies_lines(sampler):
     sent = sampler.sent
     return [
-        "every one of this DataLoader's %d worker processes (spawn/forkserver) got its own "
-        "copy of the dataset, pickled in its Process object: %s each, %s in all." % (
-            len(sent), size(max(sent)), size(sum(sent)))]
+        "every one of this %s's %d worker processes (spawn/forkserver) got its own copy of %s, "
+        "pickled in its Process object: %s each, %s in all." % (
+            sampler.kind, len(sent), "the dataset" if sampler.kind == "DataLoader" else
+            "the Pool's initializer and initargs", size(max(sent)), size(sum(sent)))]
 
 
 def _projection_lines(sampler, found, memory):
@@ -87,7 +102,8 @@ def _projection_lines(sampler, found, memory):
     if sampler.fork:
         per = max([w.last for w in map(memory.readings.get, sampler.pids)
                    if w is not None] + [found[2] if found else 0])
-        what = "the dataset's size" if found and found[2] >= per else "its private memory now"
+        what = ("the dataset's size" if sampler.kind == "DataLoader" else "the container's "
+                "size") if found and found[2] >= per else "its private memory now"
     else:
         per, what = max(sampler.sent), "the pickled copy"
     total = per * count * ranks
@@ -99,14 +115,13 @@ def _projection_lines(sampler, found, memory):
         "WORLD_SIZE set", size(per), what, size(total), share)]
 
 
-def _fix_lines(found):
+def _fix_line(found, kind):
     if not found:
-        return ["Fix: keep the dataset's large lists and dicts in shared memory, which workers "
-                "read without copying: mpcompat.shared_list(seq) / mpcompat.shared_dict(mapping)."]
+        return sys.modules["mpcompat.workers.dataset_memory"].FIX
     path, container = found[0], found[3]
     helper = "shared_dict" if isinstance(container, dict) else "shared_list"
-    return ["Fix: %s = mpcompat.%s(%s), before the DataLoader starts its workers (they then "
-            "read one copy in shared memory)." % (path, helper, path)]
+    return "Fix: %s = mpcompat.%s(%s), before the %s starts its workers (they then read one " \
+        "copy in shared memory)." % (path, helper, path, kind)
 
 
 def _describe(found):
@@ -116,14 +131,18 @@ def _describe(found):
 
 # --- the walk -------------------------------------------------------------------------------------
 
-def largest_container(dataset, visits=_VISITS, seconds=_SECONDS):
+def largest_container(dataset, name="dataset", visits=_VISITS, seconds=_SECONDS):
     """``(path, description, bytes, container)`` of the largest list, tuple, dict or set of
-    Python objects (at least ``_MIN_ITEMS`` items) reachable from ``dataset`` through
-    attributes, dict values and sequence items, e.g. ``("dataset.data_infos", "list of 28,130
-    dicts", 1.9e9, [...])``, or None. Bounded: ``visits`` objects, ``seconds``; a container's
-    size is extrapolated from ``_SAMPLE`` of its items."""
+    Python objects (at least ``_MIN_ITEMS`` items) reachable from ``dataset`` (named ``name``)
+    through attributes, dict values and sequence items, e.g. ``("dataset.data_infos", "list of
+    28,130 dicts", 1.9e9, [...])``, or None. A module is walked from its globals (``name`` "":
+    paths start with their names). Bounded: ``visits`` objects, ``seconds``; a container's size
+    is extrapolated from ``_SAMPLE`` of its items."""
     budget = [visits, time.monotonic() + seconds]
-    best, seen, todo = None, set(), [("dataset", dataset, 0)]
+    best, seen, todo = None, set(), [(name, dataset, 0)]
+    if type(dataset).__name__ == "module":
+        todo = [("%s.%s" % (name, key) if name else key, value, 1)
+                for key, value in vars(dataset).items() if not key.startswith("__")]
     while todo and budget[0] > 0 and time.monotonic() < budget[1]:
         path, obj, depth = todo.pop(0)
         if id(obj) in seen:
@@ -198,21 +217,3 @@ def _deep_size(obj, budget, seen):
             todo.append(item.__dict__)
     budget[0] -= _ITEM_VISITS - left
     return total
-
-
-# --- a dead worker --------------------------------------------------------------------------------
-
-def death_lines(worker):
-    """The lines the report of a worker's SIGKILL gains: ``worker``, the readings of
-    :mod:`mpcompat.workers.dataset_memory` of a worker whose private memory grew."""
-    sampler = worker.sampler
-    grew = ("to %s in the %.0f s since it was forked" if sampler.fork else
-            "from %s to %%s in %%.0f s while it ran" % size(worker.first)) % (
-                size(worker.last), worker.at - worker.since)
-    line = "Its private memory (Private_Dirty) grew %s (mpcompat's readings, the last %.1f s " \
-        "before it was found dead)" % (grew, time.monotonic() - worker.at)
-    if not sampler.fork:
-        return [line + "."]
-    found = _blamed(sampler)
-    return [line + ": copy-on-read of %s (a fork worker copies each page of it that it reads)."
-            % (_describe(found) if found else "the dataset")] + _fix_lines(found)

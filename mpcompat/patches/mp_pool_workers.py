@@ -271,6 +271,7 @@ class Dispatcher(object):
         for fd in self._fds:
             self._poll.register(fd, select.POLLIN)
         self.failures, self.failed_since, self.said = [], None, None  # see _reaped()
+        self.memory = None  # the sampler of the workers' private memory (_start_sampler)
         _dispatchers.add(self)
         setattr(outqueue, _ATTRIBUTE, self)
 
@@ -519,7 +520,16 @@ class Dispatcher(object):
         left = None
         if self.queue and self.gated is None and self.since is not None:
             left = max(0.0, self.since + UNHEARD - time.monotonic())
+        # The workers' private memory is read from here, while they hold tasks.
+        memory = self.memory
+        if memory is not None and any(w.pending for w in list(self.workers.values())):
+            due = max(0.0, memory.due - time.monotonic())
+            left = due if left is None else min(left, due)
+        else:
+            memory = None
         events = self._poll.poll(None if left is None else left * 1000 + 1)
+        if memory is not None and time.monotonic() >= memory.due:
+            _sample_memory(memory, list(self.workers))
         if left is not None and time.monotonic() >= self.since + UNHEARD:
             with self.lock:
                 if self.gated is None:
@@ -628,7 +638,8 @@ def _pickled(task):
 
 def _explaining(original):
     """A Pool result's ``get`` or ``next``: the error of a task that could not be pickled gets
-    its note (``mpcompat.diagnose``, loaded then) as it is raised."""
+    its note (``mpcompat.diagnose``, loaded then) as it is raised; the note on the workers'
+    memory that the worker handler found due is said."""
     @functools.wraps(original)
     def call(self, timeout=None):
         try:
@@ -640,7 +651,56 @@ def _explaining(original):
                 pickling_failed(exc, unexplained.task, ForkingPickler, None, "send")
             drop_own_frames(exc)
             raise
+        finally:
+            _say_memory_of(self)
     return call
+
+
+# --- the workers' private memory (mpcompat.workers.dataset_memory) -------------------------------
+
+def _sampler_module():
+    """As a Pool is made, in the user's thread, before its workers start (under fork, a page
+    written after the fork is copied): the sampler of the workers' private memory; None where
+    there is no /proc/PID/smaps."""
+    try:
+        if os.path.exists("/proc/self/smaps"):
+            from mpcompat.workers import dataset_memory
+            return dataset_memory
+    except Exception:  # never keep a Pool from starting
+        pass
+    return None
+
+
+def _start_sampler(memory, pool, dispatcher):
+    """The Pool's first workers have started: sample them (from its result handler thread,
+    :meth:`Dispatcher._wait`, which imports nothing: the fork rule)."""
+    try:
+        dispatcher.memory = memory.start_pool(pool, list(pool._pool))
+    except Exception:  # never keep a Pool from starting
+        pass
+
+
+def _sample_memory(sampler, processes):
+    """In the result handler, when due: follow the live workers ``processes`` and read one."""
+    memory = sys.modules["mpcompat.workers.dataset_memory"]
+    try:
+        memory.track(sampler, processes)
+        memory.sample(sampler)
+    except Exception:  # never break the result handler
+        sampler.due = float("inf")
+
+
+def _say_memory(sampler):
+    """The note the result handler found due, said in the user's thread."""
+    if sampler.pending and not sampler.said:
+        sys.modules["mpcompat.workers.dataset_memory"].say_pending(sampler)
+
+
+def _say_memory_of(result):
+    """:func:`_say_memory` for the Pool of ``result`` (an ApplyResult or IMapIterator)."""
+    dispatcher = dispatcher_of(getattr(getattr(result, "_pool", None), "_outqueue", None))
+    if dispatcher is not None and dispatcher.memory is not None:
+        _say_memory(dispatcher.memory)
 
 
 def _frames(buffer):
@@ -969,11 +1029,14 @@ def _hooks(original, module):
             _parent_side()
         if short:
             _leave_to_stdlib(self, dispatcher, short)
+        memory = _sampler_module()
         try:
             return original["_repopulate_pool"](self)
         finally:
             if not early:
                 _parent_side()
+            if memory is not None:
+                _start_sampler(memory, self, dispatcher)
 
     def _repopulate_pool_static(ctx, Process, processes, pool, inqueue, outqueue, initializer,
                                 initargs, maxtasksperchild, wrap_exception):
@@ -1050,6 +1113,8 @@ def _hooks(original, module):
         dispatcher = dispatcher_of(getattr(self, "_outqueue", None))
         if dispatcher is not None and dispatcher.broken is not None:
             raise dispatcher.broken()
+        if dispatcher is not None and dispatcher.memory is not None:
+            _say_memory(dispatcher.memory)
 
     def _map_async(self, func, iterable, *args, **kwargs):
         if not hasattr(iterable, "__len__"):

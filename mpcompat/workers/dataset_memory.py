@@ -1,5 +1,6 @@
-"""How much private memory a DataLoader's workers hold, read now and then by the main process
-(patches.md, "torch.dataloader_workers: dataset memory"): the success path, kept tiny.
+"""How much private memory a DataLoader's or a Pool's workers hold, read now and then by the
+main process (patches.md, "torch.dataloader_workers: dataset memory"): the success path, kept
+tiny.
 
 :func:`start` (the iterator's ``__init__``, ``iter()``) keeps the worker pids, the start method,
 this process's resident memory and, under spawn/forkserver, the bytes of each worker's pickled
@@ -14,6 +15,12 @@ here, 5 ms for a worker mapping 150 MB, 35 ms for one mapping 650 MB); the first
 :func:`ranks`, take at least ``COPIES_SHARE`` of :func:`memory_limit`),
 :mod:`mpcompat.diagnose.dataset_growth` is loaded and says it once. The readings of each
 worker stay in :data:`readings` for the report of its death (``exits``).
+
+A Pool (``multiprocessing.pool_workers``): :func:`start_pool` as it is made, in the user's
+thread; :func:`track` and :func:`sample` in its result handler thread while its workers hold
+tasks; that thread imports nothing (the fork rule): a growth seen there waits in ``pending``
+until the user's thread next calls the Pool or a result's ``get``/``next``
+(:func:`say_pending`).
 """
 import os
 import sys
@@ -35,6 +42,9 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _FORK = "multiprocessing.popen_fork"
 _DIRTY, _PSS = b"\nPrivate_Dirty:", b"\nPss:"
 
+FIX = "Fix: keep the large lists and dicts that workers read in shared memory, where they " \
+    "read one copy: mpcompat.shared_list(seq) / mpcompat.shared_dict(mapping)."
+
 readings = {}   # pid -> Worker
 
 
@@ -50,14 +60,17 @@ class Worker(object):
 
 
 class Sampler(object):
-    """What is known of one DataLoader iterator's workers (``loader``: a weak reference to the
-    iterator; ``fork``: its start method is fork; ``resident``: this process's resident bytes
-    at ``iter()``; ``sent``: the pickled bytes of each worker's Process object, or None)."""
-    __slots__ = ("pids", "loader", "fork", "resident", "sent", "due", "said", "turn")
+    """What is known of the workers of one DataLoader iterator or Pool (``kind``; ``owner``: a
+    weak reference to it; ``fork``: its start method is fork; ``resident``: this process's
+    resident bytes as they started; ``sent``: the pickled bytes of each worker's Process object,
+    or None; ``pending``: the note a Pool's result handler found due; ``blamed``: the container
+    to blame and its fix line, once found)."""
+    __slots__ = ("pids", "owner", "kind", "fork", "resident", "sent", "due", "said", "turn",
+                 "pending", "blamed")
 
-    def __init__(self, iterator, workers):
+    def __init__(self, owner, workers, kind="DataLoader"):
         self.pids = [w.pid for w in workers]
-        self.loader = weakref.ref(iterator)
+        self.owner, self.kind, self.pending, self.blamed = weakref.ref(owner), kind, None, None
         self.fork = type(workers[0]._popen).__module__ == _FORK
         self.resident = _resident()
         sent = [w.__dict__.get("_mpcompat_sent_bytes") for w in workers]
@@ -73,24 +86,51 @@ def start(iterator):
     """Keep a :class:`Sampler` on a DataLoader iterator whose workers have just started."""
     workers = list(getattr(iterator, "_workers", ()))
     if workers and all(w.pid for w in workers):
-        iterator._mpcompat_memory = sampler = Sampler(iterator, workers)
-        if sampler.sent is not None and sum(sampler.sent) * ranks() >= COPIES_MIN:
-            limit = memory_limit()
-            if limit and sum(sampler.sent) * ranks() >= COPIES_SHARE * limit[0]:
-                _say(sampler, "copies")
+        iterator._mpcompat_memory = _started(Sampler(iterator, workers))
+
+
+def start_pool(pool, workers):
+    """A :class:`Sampler` of a Pool whose first ``workers`` have just started (None if none
+    did), in the user's thread."""
+    if workers and all(w.pid for w in workers):
+        return _started(Sampler(pool, workers, "Pool"))
+    return None
+
+
+def _started(sampler):
+    if sampler.sent is not None and sum(sampler.sent) * ranks() >= COPIES_MIN:
+        limit = memory_limit()
+        if limit and sum(sampler.sent) * ranks() >= COPIES_SHARE * limit[0]:
+            _say(sampler, "copies")
+    return sampler
+
+
+def track(sampler, workers):
+    """Sample a Pool's live ``workers`` from now on (a new fork worker's baseline is 0, as at
+    :class:`Sampler`)."""
+    pids = [w.pid for w in workers if w.pid]
+    if sampler.fork:
+        now = time.monotonic()
+        for pid in pids:
+            if pid not in sampler.pids:
+                _keep(pid, Worker(0, 0, now, sampler))
+    sampler.pids = pids
 
 
 def sample(sampler):
     """Read the private memory of the next worker in turn (called when ``sampler.due``: one
     worker at a time, so that the thread that iterates stops for one reading only); say it if
     the workers' memory grows."""
-    now = time.monotonic()
-    pid = sampler.pids[sampler.turn % len(sampler.pids)]
+    now, pids = time.monotonic(), sampler.pids
+    if not pids:
+        sampler.due = now + INTERVAL
+        return
+    pid = pids[sampler.turn % len(pids)]
     sampler.turn += 1
     measured = private_memory(pid)
     # A reading walks the worker's page tables: some ms per 100 MB it maps.
     spent = time.monotonic() - now
-    sampler.due = now + max(INTERVAL / len(sampler.pids), spent / COST_SHARE)
+    sampler.due = now + max(INTERVAL / len(pids), spent / COST_SHARE)
     if measured is None:
         return
     dirty, pss = measured
@@ -101,7 +141,16 @@ def sample(sampler):
         worker.previous, worker.last, worker.pss, worker.at = worker.last, dirty, pss, now
         worker.count += 1
     if not sampler.said and sampler.fork and _grows(sampler):
-        _say(sampler, "growth")
+        if sampler.kind == "Pool":  # in its result handler thread: said by say_pending
+            sampler.pending = "growth"
+        else:
+            _say(sampler, "growth")
+
+
+def say_pending(sampler):
+    """Say the note a Pool's result handler found due, once (in the user's thread)."""
+    if sampler.pending and not sampler.said:
+        _say(sampler, sampler.pending)
 
 
 def _keep(pid, worker):
@@ -169,12 +218,28 @@ def grew(pid):
 
 def death_lines(pid):
     """What a dead worker's error adds if its private memory grew (:func:`grew`): the growth
-    and what it copied (``dataset_growth.death_lines``, loaded then), else nothing."""
+    and, under fork, what it copied and the fix, else nothing. For a DataLoader's worker the
+    container to blame is found now (``dataset_growth``, loaded in the user's thread); a Pool's
+    worker handler imports nothing: its worker's line names the container when the Pool's note
+    found it, else what was read."""
     worker = grew(pid)
     if worker is None:
         return []
-    from mpcompat.diagnose.dataset_growth import death_lines as lines
-    return lines(worker)
+    size = sys.modules["mpcompat.child_failures.exits"].size  # the caller's module
+    sampler = worker.sampler
+    grew_text = ("to %s in the %.0f s since it was forked" if sampler.fork else
+                 "from %s to %%s in %%.0f s while it ran" % size(worker.first)) % (
+                     size(worker.last), worker.at - worker.since)
+    line = "Its private memory (Private_Dirty) grew %s (mpcompat's readings, the last %.1f s " \
+        "before it was found dead)" % (grew_text, time.monotonic() - worker.at)
+    if not sampler.fork:
+        return [line + "."]
+    if sampler.blamed is None and sampler.kind == "DataLoader":
+        from mpcompat.diagnose import dataset_growth
+        dataset_growth.blame(sampler)
+    what, fix = sampler.blamed or ("what it read of the main process's objects", FIX)
+    return [line + ": copy-on-read of %s (a fork worker copies each page of it that it reads)."
+            % what, fix]
 
 
 def _say(sampler, why):
