@@ -16,9 +16,10 @@ for tasks, ``max(MIN_FAILURES, processes)`` in a row for ``GRACE`` seconds, brea
 
 Pay on failure, and the fork rule (the Pool's handler threads import nothing for the first
 time: a fork child made meanwhile would inherit the import lock held): as a Pool is made, the
-parent loads only what those threads need to word a dead worker (:func:`_parent_side`); the
-explainer of a task that cannot be pickled loads where its error is raised, in the user's
-thread (:func:`_explaining`); a worker loads what it needs as it fails.
+parent loads only what those threads need to word a dead worker (:func:`_parent_side`) and the
+sampler of the workers' private memory (:func:`_sampler_module`); the explainer of a task that
+cannot be pickled loads where its error is raised, in the user's thread (:func:`_explaining`); a
+worker loads what it needs as it fails.
 """
 import collections
 import contextlib
