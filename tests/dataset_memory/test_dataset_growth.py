@@ -54,7 +54,7 @@ def cgroup():
 def test_list_of_dicts_growing_in_fork_workers_is_named_once(tmp_path):
     stderr = flat(run(tmp_path, "infos", "fork").stderr)
     assert stderr.count("MpcompatWarning") == 1 and NOTE in stderr, stderr[-3000:]
-    assert float(GROWTH.search(stderr).group(1)) > 128, stderr  # 64 MiB per worker at least
+    assert float(GROWTH.search(stderr).group(1)) >= 128, stderr  # 64 MiB per worker at least
     assert 200 < float(BLAMED.search(stderr).group(1)) < 800, stderr
     assert PROJECTED.search(stderr) and FIX in stderr, stderr
     # attributed to the user's loop, not to torch or mpcompat
