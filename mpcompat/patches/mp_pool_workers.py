@@ -653,7 +653,7 @@ def _explaining(original):
             drop_own_frames(exc)
             raise
         finally:
-            _say_memory_of(self)
+            _say_memory(getattr(self, "_pool", None))
     return call
 
 
@@ -691,17 +691,11 @@ def _sample_memory(sampler, processes):
         sampler.due = float("inf")
 
 
-def _say_memory(sampler):
-    """The note the result handler found due, said in the user's thread."""
-    if sampler.pending and not sampler.said:
-        sys.modules["mpcompat.workers.dataset_memory"].say_pending(sampler)
-
-
-def _say_memory_of(result):
-    """:func:`_say_memory` for the Pool of ``result`` (an ApplyResult or IMapIterator)."""
-    dispatcher = dispatcher_of(getattr(getattr(result, "_pool", None), "_outqueue", None))
+def _say_memory(pool):
+    """The note the result handler of ``pool`` found due, said in the user's thread."""
+    dispatcher = dispatcher_of(getattr(pool, "_outqueue", None))
     if dispatcher is not None and dispatcher.memory is not None:
-        _say_memory(dispatcher.memory)
+        sys.modules["mpcompat.workers.dataset_memory"].say_pending(dispatcher.memory)
 
 
 def _frames(buffer):
@@ -1114,8 +1108,7 @@ def _hooks(original, module):
         dispatcher = dispatcher_of(getattr(self, "_outqueue", None))
         if dispatcher is not None and dispatcher.broken is not None:
             raise dispatcher.broken()
-        if dispatcher is not None and dispatcher.memory is not None:
-            _say_memory(dispatcher.memory)
+        _say_memory(self)
 
     def _map_async(self, func, iterable, *args, **kwargs):
         if not hasattr(iterable, "__len__"):
