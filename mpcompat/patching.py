@@ -24,6 +24,7 @@ applies them (one module: all of it loads with the first patch target a process 
 """
 import os
 import sys
+from _operator import itemgetter
 from _thread import RLock, start_new_thread
 from itertools import takewhile
 
@@ -35,8 +36,9 @@ def process_lock(locks):
     return locks.get(os.getpid()) or locks.setdefault(os.getpid(), RLock())
 
 
-class PatchSpec(object):
-    """One declared patch, immutable (a plain record: a namedtuple costs start-up time).
+class PatchSpec(tuple):
+    """One declared patch, immutable: a tuple with named fields (a namedtuple's class, and a
+    class that sets its fields with ``object.__setattr__``, cost start-up time).
 
     name: the name users see in status() and MPCOMPAT_DISABLED_PATCHES.
     targets: module names; the patch applies to each when it finishes importing.
@@ -55,15 +57,17 @@ class PatchSpec(object):
         of one of them (a process that never makes a Pool never loads the Pool patch).
     """
 
-    __slots__ = ("name", "targets", "distributions", "supported", "impl", "summary", "needed",
-                 "needs_env", "first_use")
+    __slots__ = ()
+    FIELDS = ("name", "targets", "distributions", "supported", "impl", "summary", "needed",
+              "needs_env", "first_use")
+    name, targets, distributions, supported, impl, summary, needed, needs_env, first_use = (
+        property(itemgetter(i)) for i in range(9))
+    __hash__, __eq__, __ne__ = object.__hash__, object.__eq__, object.__ne__  # a record's identity
 
-    def __init__(self, name, targets, distributions, supported, impl, summary, needed="",
-                 needs_env="", first_use=None):
-        for field, value in zip(self.__slots__, (name, tuple(targets), tuple(distributions),
-                                                 supported, impl, summary, needed, needs_env,
-                                                 dict(first_use or {}))):
-            object.__setattr__(self, field, value)
+    def __new__(cls, name, targets, distributions, supported, impl, summary, needed="",
+                needs_env="", first_use=None):
+        return tuple.__new__(cls, (name, tuple(targets), tuple(distributions), supported, impl,
+                                   summary, needed, needs_env, dict(first_use or {})))
 
     def __setattr__(self, name, value):
         raise AttributeError("a PatchSpec is immutable: a test uses a table of its own")

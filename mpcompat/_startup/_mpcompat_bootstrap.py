@@ -41,8 +41,8 @@ TARGETS = {
 def watched():
     """The patch targets to watch in this process (their patches' variables read now)."""
     import os  # in each function, not at the top: see mpcompat_hook's comment
-    return frozenset(name for var, names in TARGETS.items()
-                     if var is None or os.environ.get(var, "").strip() for name in names)
+    return frozenset(TARGETS[None]).union(*(names for var, names in TARGETS.items()
+                                            if var and os.environ.get(var, "").strip()))
 
 
 # This module is the finder main() puts in front of sys.meta_path: a module, not an instance of
@@ -83,7 +83,7 @@ def main(route="mpcompat.start"):
         outcome = "off in multiprocessing's resource tracker"
     else:
         names = watched() | {"copyreg"}  # copyreg: the built-in reducers
-        if any(name in sys.modules for name in names):
+        if not names.isdisjoint(sys.modules):
             outcome = ARMED[0]
             _activate()
         else:

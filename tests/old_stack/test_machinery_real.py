@@ -17,7 +17,7 @@ saved = patching.PATCHES
 
 
 def changed(spec, **fields):  # the table is immutable: a table of the test's own, re-read
-    values = {k: getattr(spec, k) for k in type(spec).__slots__}
+    values = {k: getattr(spec, k) for k in type(spec).FIELDS}
     values.update(fields)
     return type(spec)(**values)
 
