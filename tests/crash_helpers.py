@@ -65,3 +65,20 @@ class EightMiB(object):
     def __getitem__(self, index):
         import torch  # in a DataLoader worker: torch is loaded already
         return torch.zeros(2 * 1024 * 1024)
+
+
+class EightMiBOnAFullShm(EightMiB):
+    """EightMiB whose worker fills /dev/shm first: the batch's segment finds no room at all (torch
+    before 2.10: "unable to write to file </torch_...>", as when another worker's segment filled
+    it; 2.10+: "unable to allocate shared memory")."""
+
+    def __getitem__(self, index):
+        import os
+        try:
+            with open("/dev/shm/filled-by-%d" % os.getpid(), "wb") as f:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+        except OSError:
+            pass
+        return EightMiB.__getitem__(self, index)

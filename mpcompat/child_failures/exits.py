@@ -462,8 +462,9 @@ def _source_line(path, line):
 
 
 # --- /dev/shm, for a worker that ran out of shared memory ----------------------------------------
-# A SIGBUS (torch 1.x writes a batch into a /dev/shm segment the tmpfs cannot back), or torch
-# 2.x's "unable to allocate shared memory(shm) ... No space left on device". DataLoader workers
+# A SIGBUS (torch before 2.10 writes a batch into a /dev/shm segment the tmpfs cannot back), or
+# an error: 2.10+'s "unable to allocate shared memory(shm) ... No space left on device"; before,
+# where /dev/shm was full already, "unable to write to file </torch_...>". DataLoader workers
 # put each batch's tensors in /dev/shm; the loader keeps up to num_workers x prefetch_factor
 # batches there ahead of the one the program uses. A container's /dev/shm is 64 MiB unless
 # --shm-size says otherwise.
@@ -486,19 +487,29 @@ def usage(path=SHM):
 
 def is_shm_error(exc):
     """Whether ``exc`` is torch's failure to allocate a shared-memory segment for lack of
-    space."""
+    space: 2.10+'s "unable to allocate shared memory ... No space left on device", or before,
+    "unable to write to file </torch_...>" (the segment's last byte, where /dev/shm was full
+    already: another worker's segment took the space)."""
     text = str(exc)
-    return isinstance(exc, RuntimeError) and _ENOSPC in text and "shared memory" in text
+    return isinstance(exc, RuntimeError) and (
+        _ENOSPC in text and "shared memory" in text or "unable to write to file </torch_" in text)
 
 
 def failed_allocation(tb):
     """The bytes the failed allocation asked for, read from traceback ``tb`` of
-    :func:`is_shm_error`'s error (torch's ``UntypedStorage._new_shared(size)``), or None."""
+    :func:`is_shm_error`'s error (torch's ``UntypedStorage._new_shared(size)``, or 1.x's
+    ``FloatStorage._new_shared(size)``, in elements), or None."""
     size = None
     while tb is not None:
         frame = tb.tb_frame
         if frame.f_code.co_name == "_new_shared" and isinstance(frame.f_locals.get("size"), int):
             size = frame.f_locals["size"]  # the innermost: the untyped storage's, in bytes
+            typed = frame.f_locals.get("cls")  # torch 1.x: a typed storage class
+            if getattr(typed, "__name__", "UntypedStorage") != "UntypedStorage":
+                try:
+                    size *= typed().element_size()
+                except Exception:
+                    size = None
         tb = tb.tb_next
     return size
 
