@@ -9,8 +9,6 @@ import os
 import sys
 import threading
 
-from mpcompat.workers import pool_task
-
 PREFIX = "mpcompat: "
 _MARK = "_mpcompat_noted"
 _REPORT = "_mpcompat_explanation"
@@ -240,6 +238,12 @@ def _describe_process(process):
     return header, parts, "process"
 
 
+def _pool_task():
+    """In a Pool worker, the function of the task it runs; else None."""
+    patch = sys.modules.get("mpcompat.patches.mp_pool_workers")
+    return patch.current.func if patch is not None else None
+
+
 def _pool_map(func):
     """Whether ``func`` is the function of a Pool task that carries a chunk of a map."""
     pool = sys.modules.get("multiprocessing.pool")
@@ -291,9 +295,9 @@ def _describe_result(obj):
             "The result of a task of ProcessPoolExecutor.map", "of call j of this task's chunk")
     elif cls is tuple and len(obj) == 3 and type(obj[0]) is int and type(obj[1]) is int \
             and type(obj[2]) is tuple and len(obj[2]) == 2 and type(obj[2][0]) is bool \
-            and pool_task.current.func is not None:  # else not sent by a Pool worker: any tuple
+            and _pool_task() is not None:  # else not sent by a Pool worker: any tuple
         success, value = obj[2]
-        chunk = success and _pool_map(pool_task.current.func) and (
+        chunk = success and _pool_map(_pool_task()) and (
             "The result of task %d of a Pool map" % (obj[1],),
             "for item j of the chunk of the iterable this task carried")
     else:
