@@ -34,7 +34,6 @@ _HOOKED = {"_setup_queues": None, "_repopulate_pool": None,
 _PARENT_SIDE = "mpcompat.workers.pool_dispatcher"
 
 
-
 class _PoolTask(threading.local):
     """``func``: in a Pool worker, the function of the task it runs; None elsewhere (read by
     the pickling notes when the task's result cannot be sent)."""

@@ -60,7 +60,6 @@ _HEADER, _BIG = struct.Struct("!i"), struct.Struct("!Q")  # multiprocessing.conn
 _END = pickle.dumps(None)  # "no more tasks"
 _CHUNK = 1 << 16  # bytes read from a channel at once
 _ATTRIBUTE = "_mpcompat_dispatcher"  # on the Pool's result queue
-_UNEXPLAINED = "_mpcompat_unexplained"  # on the error of a task that cannot be pickled
 # CPython's texts of the start-up errors that starting another worker cannot fix.
 _CANNOT_PASS = ("finished its bootstrapping phase", "on <module '__main__'",
                 "on <module '__mp_main__'", "module '__main__' has no attribute",
