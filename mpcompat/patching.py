@@ -451,7 +451,7 @@ PATCHES = (
               first_use={"multiprocessing.process": ("BaseProcess.start",
                                                      "BaseProcess._bootstrap"),
                          "multiprocessing.spawn": ("get_preparation_data", "prepare"),
-                         "multiprocessing.forkserver": ("connect_to_new_process", "main")},
+                         "multiprocessing.forkserver": ("connect_to_new_process",)},
               summary="a child's start-up error reaches its parent (a socket the parent owns); "
                       "a plain Process's is named once in the parent"),
     PatchSpec("multiprocessing.exit_evidence",

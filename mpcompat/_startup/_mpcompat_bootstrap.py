@@ -51,12 +51,24 @@ def watched():
 # instance +0.45 M instructions, a global `os` +0.43 M, on `python -c pass`).
 mpcompat_hook = True  # mpcompat's hook passes over it when it asks the finders behind it
 triggers = frozenset()
+# In the forkserver: the triggers its own start imports (the same on 3.8-3.15), which activate
+# nothing there: it runs no code of the user's but what it preloads (the main module, from
+# 3.14), which activates mpcompat where it imports a trigger (torch). Its children activate
+# as they are forked (_forking).
+SERVER_OWN = frozenset(("copyreg", "multiprocessing.reduction", "multiprocessing.process",
+                        "multiprocessing.spawn", "multiprocessing.forkserver"))
+server_own = frozenset()
+server = []  # the forkserver's: its pid, then one None per child it forked
 
 
 def find_spec(fullname, path=None, target=None):
     """As a meta path finder: activate mpcompat at a trigger's first import and hand the import
     to mpcompat's own hook; None (a set look-up) for every other name."""
     if fullname not in triggers:
+        return None
+    if fullname in server_own:  # the forkserver's own import: it activates nothing
+        if fullname == "multiprocessing.forkserver":
+            _serve()
         return None
     hook = _activate()  # another thread activating meanwhile: waits for it, as imports do
     return hook.find_spec(fullname, path, target) if hook is not None else None
@@ -68,7 +80,7 @@ def main(route="mpcompat.start"):
     at once when a trigger is imported already, else at the first import of one. A failed
     import of the package (a file of it broken or missing) costs one line on stderr and sets
     FAILED_VAR for the children; the interpreter carries on without mpcompat."""
-    global outcome, triggers
+    global outcome, server_own
     import os
     calls.append(route)
     if outcome is not None:
@@ -79,37 +91,95 @@ def main(route="mpcompat.start"):
         outcome = "disabled by MPCOMPAT_DISABLE"
     elif os.environ.get(FAILED_VAR):
         outcome = "skipped after a failure in a parent process"
-    elif _resource_tracker():
-        outcome = "off in multiprocessing's resource tracker"
     else:
-        names = watched() | {"copyreg"}  # copyreg: the built-in reducers
-        if not names.isdisjoint(sys.modules):
-            outcome = ARMED[0]
-            _activate()
+        helper = _helper()
+        if helper == "resource_tracker":
+            outcome = "off in multiprocessing's resource tracker"
         else:
-            outcome = ARMED[1]
-            triggers = names
+            names = watched() | {"copyreg"}  # copyreg: the built-in reducers
+            if helper == "forkserver":
+                server_own = SERVER_OWN
+            _arm(names)
+
+
+# (Comments, not docstrings, on the private functions here: this module's .pyc is unmarshalled
+# by every Python process of the environment.)
+
+def _arm(names):
+    # Activate now where one of names is imported already, else at the first import of one
+    # (this module becomes a finder).
+    global outcome, triggers
+    if not (names - server_own if server_own else names).isdisjoint(sys.modules):
+        outcome = ARMED[0]
+        _activate()
+    else:
+        outcome = ARMED[1]
+        triggers = names
+        if sys.modules[__name__] not in sys.meta_path:
             sys.meta_path.insert(0, sys.modules[__name__])
 
 
-def _resource_tracker():
-    """Whether this process is multiprocessing's resource tracker, which runs no code of the
-    user's and unpickles nothing: mpcompat has nothing to do there."""
+def _helper():
+    # Which of multiprocessing's helper processes this process is, by its command line:
+    # "resource_tracker", "forkserver", or None.
     if sys.argv[:1] != ["-c"]:
-        return False
+        return None
     command = getattr(sys, "orig_argv", None)  # 3.10+; before, the kernel's copy
     if command is None:
         try:
             with open("/proc/self/cmdline", "rb") as f:
                 command = f.read().decode("utf-8", "replace").split("\0")[:-1]
         except OSError:
-            return False
-    return bool(command) and command[-1].startswith(
-        "from multiprocessing.resource_tracker import main;")
+            return None
+    for arg in command[1:]:  # 3.14's forkserver: its "import sys; " first, then sys.argv
+        if arg.startswith("import sys; "):
+            arg = arg[12:]
+        for helper in ("resource_tracker", "forkserver"):
+            if arg.startswith("from multiprocessing.%s import main;" % helper):
+                return helper
+    return None
+
+
+def _serve():
+    # In the forkserver, as it imports its own module: the fork hooks of _forking.
+    import os
+    if hasattr(os, "register_at_fork"):  # (registered now: after threading's own)
+        server.append(os.getpid())
+        os.register_at_fork(before=_forking, after_in_child=_forked)
+
+
+def _forking():
+    # In the forkserver, before each fork: its first child activates mpcompat itself
+    # (_forked); from the second on, this process activates mpcompat, once, and applies what
+    # its children would each apply as they start, which they then inherit (the cheaper way,
+    # once there is more than one child to pay for).
+    global server_own
+    import os
+    if server[:1] != [os.getpid()]:
+        return
+    server.append(None)
+    if len(server) == 3:
+        server_own = frozenset()
+        try:
+            if outcome in ARMED:
+                _arm(triggers)
+            patching = sys.modules["mpcompat.activation"].ensure_armed()
+            patching.apply_deferred("multiprocessing.spawn")  # the worker patches' group
+            patching.preload("multiprocessing.")  # and those of modules not imported yet
+        except Exception:
+            pass
+
+
+def _forked():
+    global server_own
+    if server_own:
+        server_own = frozenset()
+        if outcome in ARMED:
+            _arm(triggers)
 
 
 def _activate():
-    """Import (so activate) mpcompat; return its import hook, or None where it failed."""
+    # Import (so activate) mpcompat; return its import hook, or None where it failed.
     global outcome
     if outcome.startswith("failed"):
         return None

@@ -34,9 +34,7 @@ when a failure is seen.
   after recording why is named once per cause, as an ``MpcompatWarning``; as the process exits
   (after multiprocessing has joined its children), so is every record still untaken (a
   ``Process`` nobody joined), at the line that started it.
-- ``forkserver.connect_to_new_process``: a forkserver that died says so (``exits.forkserver_died``);
-  ``forkserver.main``, where it is patched, loads as it forks its first child the patches its
-  children would each load (:func:`_preload`).
+- ``forkserver.connect_to_new_process``: a forkserver that died says so (``exits.forkserver_died``).
 
 Plain functions, not wrapt: the standard-library patches do not import it. What the helper
 threads of Pools and executors run here imports nothing.
@@ -83,7 +81,6 @@ crash = SimpleNamespace(armed=None, user=False)
 # The parent this process watches: armed, (pid, parent sentinel or None for a torchrun rank,
 # the parent's pid, what this process is called in its death note).
 watched = SimpleNamespace(armed=None)
-_preloaded = []  # a forkserver's: True once it loaded what its children need
 
 
 def _channel():
@@ -392,41 +389,15 @@ def _connect_to_new_process(original, module):
     return connect_to_new_process
 
 
-def _serving(original):
-    @functools.wraps(original)
-    def main(*args, **kwargs):
-        # The forkserver itself starts no child of the user's: it loads nothing until it forks.
-        if hasattr(os, "register_at_fork"):
-            os.register_at_fork(before=_preload)
-        return original(*args, **kwargs)
-    return main
-
-
-def _preload():
-    """In a forkserver, before the first child it forks (an ``os.register_at_fork`` hook, in
-    its one thread): load once what each child it forks would load again as it starts, the
-    patches of the multiprocessing modules the children import (a Pool's
-    ``multiprocessing.pool``). Never raises."""
-    if _preloaded:
-        return
-    _preloaded.append(True)
-    try:
-        from mpcompat.activation import ensure_armed
-        ensure_armed().preload("multiprocessing.")
-    except Exception:
-        pass
-
-
 def apply(module):
     """Wrap ``BaseProcess.start``, ``join``, ``is_alive`` and ``_bootstrap``
     (``multiprocessing.process``),
     ``get_preparation_data``, ``prepare`` and the import of the main module (``spawn``) or
-    ``connect_to_new_process`` and ``main`` (``forkserver``)."""
+    ``connect_to_new_process`` (``forkserver``)."""
     if module.__name__ == "multiprocessing.forkserver":
         # popen_forkserver calls the module's alias of the one ForkServer's bound method.
         patcher.replace(module, "connect_to_new_process", _connect_to_new_process(
             patcher.original(module, "connect_to_new_process"), module))
-        patcher.replace(module, "main", _serving(patcher.original(module, "main")))
         return
     if module.__name__ == "multiprocessing.process":
         cls = module.BaseProcess

@@ -1,7 +1,7 @@
 """Pay on failure at interpreter start, with the wheel's ``mpcompat.pth``: a process that
 imports nothing mpcompat acts on loads only the start-up hook; ``MPCOMPAT_DISABLE`` stops the
 ``.pth`` line before any import; the first import of copyreg loads the reducers and no patch
-machinery; multiprocessing's resource tracker loads nothing."""
+machinery; multiprocessing's resource tracker loads nothing, its forkserver nothing of its own."""
 import ast
 import os
 
@@ -59,3 +59,18 @@ def test_the_resource_tracker_loads_nothing(venv):
     modules, outcome = _modules(venv, code)
     assert modules == ["_mpcompat_bootstrap"]
     assert outcome == ["off in multiprocessing's resource tracker"]
+
+
+@pytest.mark.parametrize("command", ["from multiprocessing.forkserver import main;",
+                                     "import sys; from multiprocessing.forkserver import main;"],
+                         ids=["3.8-3.13", "3.14+"])
+def test_the_forkserver_loads_nothing_until_a_module_it_preloads_imports_a_trigger(venv,
+                                                                                    command):
+    # The command line the forkserver is started with (its imports are the triggers copyreg
+    # and four multiprocessing modules), then a trigger its preloaded main module imports.
+    code = (command + "import _mpcompat_bootstrap as b\n" + MODULES + "\nprint([b.outcome])\n"
+            "import multiprocessing.pool\n" + MODULES)
+    modules, outcome, after = _modules(venv, code)
+    assert modules == ["_mpcompat_bootstrap"]
+    assert outcome == ["waiting for the first import of a trigger"]
+    assert "mpcompat.patching" in after and "mpcompat.reducers" in after
