@@ -31,9 +31,13 @@ def test_smaps_and_smaps_rollup_give_the_same_totals():
         default = dataset_memory.private_memory(child.pid)
     finally:
         child.communicate(b"")
-    assert rollup is not None and summed is not None and default == rollup
-    for whole, parts in zip(rollup, summed):  # Private_Dirty, Pss
-        assert abs(whole - parts) < 1 << 20, (rollup, summed)
+    assert rollup is not None and summed is not None and default is not None
+    # Private_Dirty holds still; Pss moves as other processes map or unmap the pages the child
+    # shares with them (a CI run: 2 kB between two reads), so it is compared within 1 MB.
+    assert default[0] == rollup[0], (default, rollup)
+    for whole, parts, first in zip(rollup, summed, default):  # Private_Dirty, Pss
+        assert abs(whole - parts) < 1 << 20 and abs(whole - first) < 1 << 20, (rollup, summed,
+                                                                                default)
     assert rollup[0] > 32 << 20, rollup
     assert dataset_memory.private_memory(child.pid) is None  # gone
 
