@@ -315,6 +315,10 @@ def check_dumps(result, what, worker_label=None, workers=0, stuck_in=None):
     longest = dumps[-1][2]
     assert len(dumps) <= int(math.log2(longest)) + 1, [d[:3] for d in dumps]
     last = dumps[-1][4]
+    if worker_label is not None:
+        # the last dump whose stuck worker answered: one taken as the release arrives may find
+        # the worker gone and name the scenario's release thread instead
+        last = [d[4] for d in dumps if h.stuck_workers(d[4], worker_label, path, stuck)][-1]
     if stuck_in is not None:
         # the header names the stuck frame, and the stack comes before the waiting thread
         assert "; stuck in %s, line %d, in %s, in " % (path, stuck, stuck_in) in \
