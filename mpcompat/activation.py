@@ -2,8 +2,9 @@
 post-import hook that drives both.
 
 It runs in every process that imports a module mpcompat acts on, so it only watches
-``copyreg`` and the patch targets: the reducers register when copyreg is imported, the patch
-manager loads with the first target.
+``copyreg`` and the patch targets: the built-in reducers (defined here, with the reducer
+registry's state; :mod:`mpcompat.reducers` holds its functions and loads when they are used)
+register when copyreg is imported, the patch manager loads with the first target.
 
 The hook: ``watch(name, callback)`` calls back each time a module finishes executing. A finder
 at the front of ``sys.meta_path``, a dict look-up for names nobody watches, chains the loader
@@ -15,6 +16,13 @@ done: nothing can use it before, and what the patches import costs less then.
 import os
 import sys
 from _thread import RLock
+
+from mpcompat import rebuild_views
+
+try:  # the C type itself: importing collections costs start-up time
+    from _collections import OrderedDict
+except ImportError:  # pragma: no cover (an implementation without _collections)
+    from collections import OrderedDict
 
 def process_lock(locks):
     """This process's lock in ``locks`` (a dict, pid -> RLock), made on first use (an atomic
@@ -147,7 +155,6 @@ def env_disabled():
 
 def builtin_reducers():
     """Return ``{type: reducer}`` for the reducers that activation registers."""
-    from mpcompat.reducers import BUILTIN_REDUCERS
     return dict(BUILTIN_REDUCERS)
 
 
@@ -242,11 +249,11 @@ def _on_copyreg(module):
 
 
 def _register_builtins():
-    from mpcompat import reducers
+    import copyreg
     conflicts = []
-    for cls, reducer in builtin_reducers().items():
+    for cls, reducer in BUILTIN_REDUCERS.items():
         try:
-            reducers.register(cls, reducer)
+            claim(copyreg.dispatch_table, cls, reducer)
             _registered[cls] = reducer
         except ValueError as exc:
             conflicts.append("%s.%s" % (cls.__module__, cls.__qualname__))
@@ -284,9 +291,9 @@ def deactivate():
         patching = sys.modules.get("mpcompat.patching")
         undo = patching.disarm_all() if patching is not None else []
         if _registered:
-            from mpcompat import reducers
+            import copyreg
             for cls, reducer in list(_registered.items()):
-                reducers.unregister_if(cls, reducer)
+                release(copyreg.dispatch_table, cls, reducer)  # not a user's override
             _registered.clear()
     if patching is not None:
         patching.revert(undo)
@@ -322,3 +329,125 @@ def activate_on_import():
     else:
         how = "activated by import mpcompat"
     _activate(None, None, how)
+
+
+# --- the reducer registry's state, and the built-in reducers ---------------------------------
+# Here, not in mpcompat.reducers (the registry's functions), so that registering the built-in
+# reducers as copyreg is imported loads no module more: the registry loads when it is used.
+
+MISSING = object()
+# cls -> (reducer, the copyreg entry before mpcompat first registered cls, or MISSING)
+registry = {}
+registry_locks = {}  # pid -> the registry's lock in that process
+
+
+def type_name(cls):
+    """``module.qualname`` of ``cls``, as the registry's messages name it."""
+    return "%s.%s" % (cls.__module__, cls.__qualname__)
+
+
+def claim(table, cls, reducer, override=False):
+    """Make ``reducer`` copyreg's entry in ``table`` (``copyreg.dispatch_table``) for ``cls``
+    and record it in the registry; return it. The same reducer again is a no-op; replacing an
+    entry (mpcompat's or another package's) raises ``ValueError`` unless ``override``."""
+    with process_lock(registry_locks):
+        current = table.get(cls, MISSING)
+        entry = registry.get(cls)
+        if entry is not None and current is reducer and entry[0] is reducer:
+            return reducer
+        if not override and current is not MISSING:
+            owner = "mpcompat" if entry is not None and current is entry[0] else "another package"
+            raise ValueError("cls %s already has a copyreg reducer (%r, registered by %s); pass "
+                             "override=True to replace it" % (type_name(cls), current, owner))
+        registry[cls] = (reducer, current if entry is None else entry[1])
+        table[cls] = reducer
+    return reducer
+
+
+def release(table, cls, reducer=None):
+    """Drop the registry's entry for ``cls`` (only while it holds ``reducer``, when given) and
+    put back in ``table`` the entry it replaced, unless something else replaced mpcompat's
+    since; return whether there was one to drop."""
+    with process_lock(registry_locks):
+        entry = registry.get(cls)
+        if entry is None or reducer is not None and entry[0] is not reducer:
+            return False
+        del registry[cls]
+        if table.get(cls, MISSING) is entry[0]:
+            put(table, cls, entry[1])
+    return True
+
+
+def put(table, cls, value):
+    """``table[cls] = value``, or remove ``cls`` from it if ``value`` is MISSING."""
+    if value is MISSING:
+        table.pop(cls, None)
+    else:
+        table[cls] = value
+
+
+# The built-in reducers: the six dict views, which no CPython version pickles (a keys view
+# ships its keys, a values view its values, an items view a copy of the mapping: nothing else of
+# the dict, cloudpickle's choice too; mpcompat.rebuild_views rebuilds them on a fresh dict of the
+# same kind), and module objects, which pickle as their import name (mmcv before 1.4.8 keeps the
+# modules a config file imports inside Config; the standard library refuses them).
+
+VIEW_REDUCERS = {}  # view type -> its reducer
+
+
+def _view_reducer(view):
+    # On the pickling hot path: one Python call per view, no attribute look-ups. Keys and values
+    # travel as the reduce arguments themselves (rebuild(*keys)), which saves the pickler a list
+    # object and a memo entry per view; items travel as a dict.
+    kind = type(view).__name__
+    rebuild = getattr(rebuild_views, "rebuild_" + kind)
+    if kind.endswith("_items"):
+        def reduce(view, _dict=dict, _rebuild=rebuild):
+            return _rebuild, (_dict(view),)
+    else:
+        def reduce(view, _tuple=tuple, _rebuild=rebuild):
+            return _rebuild, _tuple(view)
+    reduce.__name__ = reduce.__qualname__ = "reduce_" + kind
+    reduce.__doc__ = "Reduce a view of type ``%s`` for ``mpcompat.rebuild_views.%s``." % (
+        kind, rebuild.__name__)
+    VIEW_REDUCERS[type(view)] = reduce
+    return reduce
+
+
+reduce_dict_keys = _view_reducer({}.keys())
+reduce_dict_values = _view_reducer({}.values())
+reduce_dict_items = _view_reducer({}.items())
+reduce_odict_keys = _view_reducer(OrderedDict().keys())
+reduce_odict_values = _view_reducer(OrderedDict().values())
+reduce_odict_items = _view_reducer(OrderedDict().items())
+
+MODULE_TYPE = type(sys)  # types.ModuleType, without importing types (start-up time)
+# A child process has a __main__ of its own; the parent's cannot be imported there by name.
+_UNIMPORTABLE = frozenset(["__main__", "__mp_main__"])
+
+
+def reduce_module(module, _modules=sys.modules):
+    """Reduce a module to its import name; refuse one the receiving process cannot import."""
+    # TypeError, as the standard library raises for every module: callers catching it still do.
+    name = getattr(module, "__name__", None)
+    if not isinstance(name, str):
+        raise TypeError(
+            "cannot pickle module %r: it has no __name__ to import it by" % (module,))
+    if name in _UNIMPORTABLE:
+        raise TypeError(
+            "cannot pickle module %r: a child process has a __main__ module of its own, not "
+            "this one. Keep a reference to an importable module instead, or move what it "
+            "provides into one." % name)
+    if _modules.get(name) is not module:
+        raise TypeError(
+            "cannot pickle module %r: sys.modules[%r] is %s, so a child process importing %r "
+            "would not get this module (modules loaded from files under temporary names, such "
+            "as config files, cannot be imported by name). Keep the values it defines instead "
+            "of the module itself." % (
+                name, name, "missing" if name not in _modules else "another object", name))
+    from mpcompat.rebuild import rebuild_module
+    return rebuild_module, (name,)
+
+
+BUILTIN_REDUCERS = dict(VIEW_REDUCERS)
+BUILTIN_REDUCERS[MODULE_TYPE] = reduce_module

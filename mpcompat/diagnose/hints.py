@@ -212,7 +212,7 @@ def _type_hint(obj, exc, attr):
 
 
 def _view_or_module_hint(obj, exc, attr):
-    from mpcompat.reducers import MODULE_TYPE, VIEW_REDUCERS
+    from mpcompat.activation import MODULE_TYPE, VIEW_REDUCERS
     import mpcompat
     active = mpcompat.is_active()
     if type(obj) in VIEW_REDUCERS:

@@ -230,7 +230,7 @@ def test_import_loads_no_heavy_module():
     code = """if 1:
     import sys
     import mpcompat, pickle
-    pickle.loads(pickle.dumps({"a": 1}.keys()))  # the reducers load with copyreg: still light
+    pickle.loads(pickle.dumps({"a": 1}.keys()))  # the reducers register with copyreg
     assert mpcompat.is_active()
     heavy = %r
     print(sorted(m for m in sys.modules if m in heavy or m.split('.')[0] in heavy))
@@ -269,14 +269,17 @@ def test_heavy_module_check_can_fail():
 
 def test_start_up_defers_copyreg_registry_and_patch_modules():
     """``import mpcompat`` from a source checkout (no start-up hook to list the targets) loads
-    the activation and the patch layer with its table; the reducers wait for copyreg, and a
-    patch's own module for the first use of what it hooks."""
+    the activation (with the built-in reducers and the rebuild functions they name) and the
+    patch layer with its table; the reducers register as copyreg is imported, which loads no
+    module more (the registry's functions wait for their first use), and a patch's own module
+    waits for the first use of what it hooks."""
     code = """if 1:
     import sys
     import mpcompat
     print(sorted(m for m in sys.modules if m.startswith("mpcompat") or m == "copyreg"))
     import pickle  # imports copyreg: the built-in reducers are registered right then
     print(type(pickle.loads(pickle.dumps({"a": 1}.keys()))).__name__)
+    print("mpcompat.reducers" in sys.modules)
     import multiprocessing.reduction  # a patch target: the manager arms the patches
     print("mpcompat.patches.mp_pickling_notes" in sys.modules)
     rows = {p.name: p.state for p in mpcompat.status().patches}
@@ -287,8 +290,10 @@ def test_start_up_defers_copyreg_registry_and_patch_modules():
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert eval(lines[0]) == ["mpcompat", "mpcompat.activation", "mpcompat.patching"]
-    assert lines[1:] == ["dict_keys", "False", "multiprocessing.pickling_notes applied", "True"]
+    assert eval(lines[0]) == ["mpcompat", "mpcompat.activation", "mpcompat.patching",
+                              "mpcompat.rebuild_views"]
+    assert lines[1:] == ["dict_keys", "False", "False", "multiprocessing.pickling_notes applied",
+                         "True"]
 
 
 def test_deactivate_before_copyreg_is_imported_registers_nothing_later():

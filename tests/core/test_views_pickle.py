@@ -18,7 +18,7 @@ import pytest
 
 import mpcompat
 from mpcompat import rebuild_views
-from mpcompat import reducers
+from mpcompat import activation
 from workers import VIEW_KINDS, canon, make_view, view_types
 
 # pickle._Pickler as the standard library has it, even if dill was imported
@@ -58,7 +58,7 @@ def test_six_types_are_registered_by_exact_type():
     for kind, cls in TYPES.items():
         assert cls.__name__ == kind
         assert table[cls] is copyreg.dispatch_table[cls]
-        assert table[cls] is reducers.VIEW_REDUCERS[cls]
+        assert table[cls] is activation.VIEW_REDUCERS[cls]
         assert table[cls].__name__ == "reduce_" + kind
     # odict views subclass dict views: each still has its own exact entry
     assert issubclass(TYPES["odict_keys"], TYPES["dict_keys"])

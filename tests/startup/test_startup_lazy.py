@@ -41,15 +41,21 @@ def test_a_process_that_imports_nothing_mpcompat_acts_on_loads_only_the_hook(ven
     assert _modules(venv, MODULES, MPCOMPAT_DISABLE="1") == [[]]
 
 
-def test_copyreg_loads_the_reducers_and_a_target_the_patch_layer(venv):
+def test_copyreg_registers_the_reducers_and_a_target_loads_the_patch_layer(venv):
+    # The built-in reducers are activation's: the registry's functions (mpcompat.reducers)
+    # load when they are used.
     code = ("import copyreg\n" + MODULES + "\nimport pickle\n"
             "print(list(pickle.loads(pickle.dumps({'a': 1}.keys()))))\n"
-            "import multiprocessing.pool\n" + MODULES)
-    before, views, after = _modules(venv, code)
+            "import multiprocessing.pool\n" + MODULES + "\nimport mpcompat\n"
+            "print([cls.__name__ for cls in mpcompat.registered()])\n" + MODULES)
+    before, views, after, registered, used = _modules(venv, code)
     assert before == ["_mpcompat_bootstrap", "mpcompat", "mpcompat.activation",
-                      "mpcompat.rebuild_views", "mpcompat.reducers"]
+                      "mpcompat.rebuild_views"]
     assert views == ["a"]
     assert after == before[:3] + ["mpcompat.patching"] + before[3:]  # no patch's own module
+    assert sorted(registered) == ["dict_items", "dict_keys", "dict_values", "module",
+                                  "odict_items", "odict_keys", "odict_values"]
+    assert used == after + ["mpcompat.reducers"]
 
 
 def test_the_resource_tracker_loads_nothing(venv):
@@ -73,4 +79,4 @@ def test_the_forkserver_loads_nothing_until_a_module_it_preloads_imports_a_trigg
     modules, outcome, after = _modules(venv, code)
     assert modules == ["_mpcompat_bootstrap"]
     assert outcome == ["waiting for the first import of a trigger"]
-    assert "mpcompat.patching" in after and "mpcompat.reducers" in after
+    assert "mpcompat.patching" in after and "mpcompat.rebuild_views" in after

@@ -35,7 +35,7 @@ def test_a_plain_script(installed, flags, disabled):
         assert report["mpcompat_file"] is None
     else:
         assert report["result"] == VIEWS
-        assert report["view_reducer"] == "mpcompat.reducers"
+        assert report["view_reducer"] == "mpcompat.activation"
         assert report["mpcompat_file"].startswith(installed.site_packages)
         # Once: a venv processes its .pth files twice per start (CPython #75723); the second
         # time, the line sees the hook loaded and skips it.

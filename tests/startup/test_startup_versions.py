@@ -12,7 +12,7 @@ def test_the_pth_activates_in_the_interpreter_and_a_spawn_child(make_venv, wheel
     report = venv.report("plain.py")
     assert report["mpcompat_file"].startswith(venv.site_packages)
     assert report["result"][0] == ["dict_keys", ["car", "pedestrian"]]
-    assert report["view_reducer"] == "mpcompat.reducers"
+    assert report["view_reducer"] == "mpcompat.activation"
     report = venv.report("pool.py", "spawn")
     assert report["child_active"] is True
     report = venv.report("plain.py", MPCOMPAT_DISABLE="1")

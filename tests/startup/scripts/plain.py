@@ -12,8 +12,8 @@ def main():
     try:
         views = pickle.loads(pickle.dumps([d.keys(), d.values(), OrderedDict(d).items()]))
         report["result"] = [[type(v).__name__, list(v)] for v in views]
-        reducers = sys.modules.get("mpcompat.reducers")
-        report["view_reducer"] = getattr(getattr(reducers, "reduce_dict_keys", None),
+        activation = sys.modules.get("mpcompat.activation")
+        report["view_reducer"] = getattr(getattr(activation, "reduce_dict_keys", None),
                                          "__module__", None)
     except Exception as exc:
         report["error"] = "%s: %s" % (type(exc).__name__, exc)
