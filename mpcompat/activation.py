@@ -256,7 +256,7 @@ def _register_builtins():
             claim(copyreg.dispatch_table, cls, reducer)
             _registered[cls] = reducer
         except ValueError as exc:
-            conflicts.append("%s.%s" % (cls.__module__, cls.__qualname__))
+            conflicts.append(type_name(cls))
             from mpcompat.errors import warn
             warn("left %s alone: %s" % (conflicts[-1], exc))
     _state["conflicts"] = conflicts
