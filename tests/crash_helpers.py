@@ -75,7 +75,9 @@ class EightMiBOnAFullShm(EightMiB):
     def __getitem__(self, index):
         import os
         try:
-            with open("/dev/shm/filled-by-%d" % os.getpid(), "wb") as f:
+            # "ab": a worker's next item must not free what its first filled ("wb" truncates,
+            # and the other worker's segment could then find room, and die of SIGBUS).
+            with open("/dev/shm/filled-by-%d" % os.getpid(), "ab") as f:
                 while True:
                     f.write(b"\0" * 65536)
                     f.flush()
