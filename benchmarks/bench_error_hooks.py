@@ -53,11 +53,12 @@ def run(quick=False):
     from multiprocessing import context, reduction
     import numpy as np
     _set_patch(True)
+    reduction.ForkingPickler.dumps(0)  # the first use: the deferred patches apply
     rounds, starts = (7, 4) if quick else (21, 10)
     pickler = reduction.ForkingPickler
     hooked_dumps = pickler.__dict__["dumps"]
-    from mpcompat.patches import mp_pickling_notes
-    original_dumps = mp_pickling_notes.patcher.original(pickler, "dumps").__func__
+    from mpcompat.patches import mp_children
+    original_dumps = mp_children.pickling_patcher.original(pickler, "dumps").__func__
     assert original_dumps is not hooked_dumps.__func__, "not applied"
     # Both called as plain functions: in use, both are reached through the same classmethod
     # binding (ForkingPickler.dumps), which is not what is compared here.

@@ -47,7 +47,9 @@ class PatchSpec(tuple):
     supported: the tested versions, both ends, e.g. ">=1.9,<2.15" (``2.13.0+cpu`` is 2.13.0).
         Above it the patch still applies where it finds what it hooks, "untested" in status();
         below it, it stays off ("skipped", quietly).
-    impl: the module that provides apply(module) and revert(module).
+    impl: what provides apply(module) and revert(module): a module, or
+        ``"module:name"``, an object in it (several patches that always load together share
+        one module).
     summary: one line for status().
     needed: the versions that have the bug ("" for all); elsewhere "not needed", silently.
     needs_env: an environment variable that turns the patch on (``MPCOMPAT_HANG_DUMP``);
@@ -349,6 +351,7 @@ TORCH, TORCH_TESTED, PYTHON_TESTED = ("torch",), ">=1.9,<2.15", ">=3.8,<3.16"
 OPENCV = ("opencv-python-headless", "opencv-python", "opencv-contrib-python-headless",
           "opencv-contrib-python")
 IMPL = "mpcompat.patches."
+CHILDREN = IMPL + "mp_children:"  # the patches every child start loads, one module
 LOADER_ITER_INIT = "_MultiProcessingDataLoaderIter.__init__"  # a DataLoader's iter() with workers
 
 PATCHES = (
@@ -435,19 +438,19 @@ PATCHES = (
               summary="OpenCV runs single-threaded, OpenCL off, in DataLoader workers and "
                       "forked children"),
     PatchSpec("multiprocessing.pickling_notes", targets=("multiprocessing.reduction",),
-              distributions=(), supported=PYTHON_TESTED, impl=IMPL + "mp_pickling_notes",
+              distributions=(), supported=PYTHON_TESTED, impl=CHILDREN + "pickling_notes",
               first_use={"multiprocessing.reduction": ("dump", "ForkingPickler.dumps")},
               summary="a pickling error while starting a process or sending a task or result "
                       "says what, where and why"),
     PatchSpec("multiprocessing.bootstrap_notes", targets=("multiprocessing.spawn",),
-              distributions=(), supported=PYTHON_TESTED, impl=IMPL + "mp_bootstrap_notes",
+              distributions=(), supported=PYTHON_TESTED, impl=CHILDREN + "bootstrap_notes",
               first_use={"multiprocessing.spawn": ("get_preparation_data", "_main")},
               summary="a child that fails to start says why (main guard, objects defined under "
                       "it) and its parent learns it"),
     PatchSpec("multiprocessing.failure_records",
               targets=("multiprocessing.process", "multiprocessing.spawn",
                        "multiprocessing.forkserver"),
-              distributions=(), supported=PYTHON_TESTED, impl=IMPL + "mp_failure_records",
+              distributions=(), supported=PYTHON_TESTED, impl=CHILDREN + "failure_records",
               first_use={"multiprocessing.process": ("BaseProcess.start",
                                                      "BaseProcess._bootstrap"),
                          "multiprocessing.spawn": ("get_preparation_data", "prepare"),
@@ -456,7 +459,7 @@ PATCHES = (
                       "a plain Process's is named once in the parent"),
     PatchSpec("multiprocessing.exit_evidence",
               targets=("multiprocessing.popen_fork", "multiprocessing.popen_forkserver"),
-              distributions=(), supported=PYTHON_TESTED, impl=IMPL + "mp_exit_evidence",
+              distributions=(), supported=PYTHON_TESTED, impl=CHILDREN + "exit_evidence",
               first_use={"multiprocessing.popen_fork": ("Popen.__init__",),
                          "multiprocessing.popen_forkserver": ("Popen.__init__",)},
               summary="a dead child's end is measured: OOM kill counters as it starts, its peak "
@@ -510,6 +513,18 @@ def _module(name):
     for it."""
     __import__(name)
     return sys.modules[name]
+
+
+def _impl_module(spec):
+    """The name of the module that holds the patch's code."""
+    return spec.impl.partition(":")[0]
+
+
+def _implementation(spec):
+    """The patch's code, imported if need be: what has its ``apply`` and ``revert``."""
+    module, _, name = spec.impl.partition(":")
+    module = _module(module)
+    return getattr(module, name) if name else module
 
 
 class PatchState(object):
@@ -648,7 +663,7 @@ def revert(undo):
         if _undefer(st, module):
             continue  # only stubs were in place: the patch's module need not load to revert
         try:
-            _module(st.spec.impl).revert(module)
+            _implementation(st.spec).revert(module)
         except Exception as exc:
             _warn(st, "could not be reverted on %s: %s: %s" % (module.__name__,
                                                                 type(exc).__name__, exc))
@@ -676,7 +691,7 @@ def preload(prefix):
             if st.armed and not st.spec.env_off() and any(
                     t.startswith(prefix) and t not in sys.modules for t in st.spec.targets) \
                     and _judge(st)[0] == APPLIED:
-                _module(st.spec.impl)
+                _implementation(st.spec)
         except Exception:
             pass
 
@@ -744,7 +759,7 @@ def _apply(st, module):
     elif state == APPLIED:
         st.applied[module.__name__] = module
         entries = st.spec.first_use.get(module.__name__, ())
-        if (entries and st.spec.impl not in sys.modules and not _used
+        if (entries and _impl_module(st.spec) not in sys.modules and not _used
                 and not _child_starting()) or module.__name__ in _pending:
             reason = "; ".join(filter(None, (reason, _defer(st, module, entries))))
         else:
@@ -758,7 +773,7 @@ def _apply(st, module):
 def _run_apply(st, module, reason):
     """Import the patch's module and apply it: ``(state, reason, warning)``."""
     try:
-        _module(st.spec.impl).apply(module)
+        _implementation(st.spec).apply(module)
         return APPLIED, reason, None
     except NotNeeded as exc:
         return NOT_NEEDED, str(exc), None
@@ -767,7 +782,7 @@ def _run_apply(st, module, reason):
     except Exception as exc:
         from mpcompat.errors import describe_exception
         cause = describe_exception(exc)
-        if st.spec.impl in sys.modules:
+        if _impl_module(st.spec) in sys.modules:
             revert([(st, module)])
         return FAILED, cause, "failed on %s %s and was skipped: %s" % (
             st.distribution, st.version, cause)
@@ -826,7 +841,7 @@ def _defer(st, module, entries):
             if not getattr(owner.__dict__[name], "mpcompat_first_use", False):
                 _stubs.replace(owner, name, _stub(owner, name, module.__name__), module.__name__)
     if not later:
-        _module(st.spec.impl).apply(module)
+        _implementation(st.spec).apply(module)
         return ""
     if not spots:
         return "its code loads with the other patches of %s, at their first use" % (

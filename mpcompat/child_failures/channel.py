@@ -23,7 +23,7 @@ executor is made. Nothing runs at import.
 Each start (:func:`start_child`, from the ``failure_records`` patch's ``BaseProcess.start``)
 also names in the child the path of its crash file but its pid (:func:`prepare`:
 ``/dev/shm/mpcompat-crash-<parent pid>-<random>-``, else in multiprocessing's temporary
-directory), which the child arms as it starts (``mp_failure_records.arm``); :func:`joined`
+directory), which the child arms as it starts (``mp_children.arm``); :func:`joined`
 removes one no crash wrote, the parent the one it reads (``exits.crash_lines``) and those left
 as it exits. A plain ``Process`` (not a worker whose owner names its cause) is remembered with
 the line that started it, and named if it ends non-zero (:func:`ended`).
@@ -36,7 +36,7 @@ import threading
 import time
 import types
 
-from mpcompat.patches.mp_failure_records import CRASH_ENV, CRASH_KEY, child, joined_late
+from mpcompat.patches.mp_children import CRASH_ENV, CRASH_KEY, child, joined_late
 
 PREFIX = "mpcompat: "
 # Who names a spawn or forkserver child's start-up error, as its preparation data says
@@ -272,7 +272,7 @@ def _outside_mpcompat(frame):
 
 def namer(target, args, owned):
     """Who names the start-up error of a child with ``target``
-    (``mp_failure_records.NAMED``): the owner of a known worker whose patch is applied (a Pool's
+    (``mp_children.NAMED``): the owner of a known worker whose patch is applied (a Pool's
     worker only with its channel: a Pool that runs as the standard library's names nothing),
     the parent for a plain Process, else nobody (None: not sent)."""
     if not owned:
@@ -350,7 +350,7 @@ def prepare(process):
 def share_with_children():
     """In a parent whose children are not ``multiprocessing``'s (torchrun's agent): name the
     path of their crash files, but their pid, in ``os.environ``, which they inherit
-    (``mp_failure_records.arm_inherited``). Never raises."""
+    (``mp_children.arm_inherited``). Never raises."""
     try:
         os.environ[CRASH_ENV] = _prefix()
     except Exception:

@@ -24,7 +24,7 @@ import time
 
 from mpcompat.child_failures import channel, memory_evidence
 
-_RECORDS = "mpcompat.patches.mp_failure_records"  # a child's own crash file (loaded where armed)
+_RECORDS = "mpcompat.patches.mp_children"  # a child's own crash file (loaded where armed)
 
 # What the signal itself says; the stack at the crash (crash_lines) says where.
 _CRASHES = {

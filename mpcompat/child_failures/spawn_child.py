@@ -7,7 +7,7 @@ warns as it sees it end, at the latest as it exits), one line where nobody else 
 owner's patch off or not applied: no record is sent).
 
 The patches ``multiprocessing.failure_records`` (the step a child is at, what its parent told
-it: ``mp_failure_records.child``) and ``multiprocessing.bootstrap_notes`` (the failures of
+it: ``mp_children.child``) and ``multiprocessing.bootstrap_notes`` (the failures of
 ``spawn._main``) wrap ``multiprocessing.spawn`` and call here. Where mpcompat comes while
 ``spawn._main`` already runs (the script's own ``import mpcompat``), :class:`ExceptHook` handles
 the failure.
@@ -15,7 +15,7 @@ the failure.
 import os
 import sys
 
-from mpcompat.patches.mp_failure_records import IMPORTING, child
+from mpcompat.patches.mp_children import IMPORTING, child
 
 _UNPICKLING = "unpickling the process object its parent sent"
 _DONE = "_mpcompat_start_failure"

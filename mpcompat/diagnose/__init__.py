@@ -2,7 +2,7 @@
 
 ``explain(obj)`` reports every part of an object that cannot be pickled, with a Python path to
 it and a hint; ``assert_picklable(obj)`` raises ``AssertionError`` with that report. The error
-hooks (``mpcompat.patches.mp_pickling_notes`` and ``mp_bootstrap_notes``) add the same report
+hooks (``pickling_notes`` and ``bootstrap_notes`` in ``mpcompat.patches.mp_children``) add the same report
 to errors raised while multiprocessing starts a process or sends a task.
 """
 from mpcompat.diagnose.walker import Explanation, Problem, assert_picklable, explain

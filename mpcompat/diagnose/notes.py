@@ -1,6 +1,6 @@
 """Notes added to errors where they happen: in multiprocessing's pickling and bootstrapping.
 
-The hooks (``mpcompat.patches.mp_pickling_notes``, ``mp_bootstrap_notes``) call in here only
+The hooks (``pickling_notes``, ``bootstrap_notes``: ``mpcompat.patches.mp_children``) call in here only
 after an error was raised; it keeps its type and gains a note. Paths start from names the user
 passed: a Process's ``target``, ``args[i]``, ``kwargs[key]``; a DataLoader worker's ``dataset``
 and ``collate_fn``; a task's function and arguments; the ``result`` a worker sends back.

@@ -10,7 +10,7 @@ displaced it (Python keeps the uncaught exception as ``sys.last_value``); neithe
 file that is there already (``@record`` wrote it first). It applies as mpcompat activates in a
 process that has the variable set (its target is ``sys``); torch is never imported for it.
 It also arms the rank's crash file, which its agent named
-(``mp_failure_records.arm_inherited``): a native crash leaves the rank's Python stack there for
+(``mp_children.arm_inherited``): a native crash leaves the rank's Python stack there for
 the agent's summary.
 """
 import atexit
@@ -102,8 +102,8 @@ def apply(module):
     if (getattr(module, "argv", None) or [])[1:2] == ["--multiprocessing-fork"]:
         raise NotNeeded("a multiprocessing child of the rank, not the rank")
     hooks.install(_ExceptHook)
-    from mpcompat.patches import mp_failure_records
-    mp_failure_records.arm_inherited()
+    from mpcompat.patches import mp_children
+    mp_children.arm_inherited()
 
 
 def revert(module):

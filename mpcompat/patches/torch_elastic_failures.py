@@ -26,7 +26,7 @@ import re
 import sys
 import time
 
-from mpcompat.patches.mp_failure_records import AGENT_ENV
+from mpcompat.patches.mp_children import AGENT_ENV
 from mpcompat.patching import Patcher
 from mpcompat.patching import Skip
 
@@ -164,7 +164,7 @@ def apply(module):
     if "TORCHELASTIC_ERROR_FILE" not in os.environ:  # not in a rank: maybe the agent
         from mpcompat.child_failures import channel, memory_evidence
         channel.share_with_children()
-        # Its ranks end with it (mp_failure_records.arm_inherited: PR_SET_PDEATHSIG).
+        # Its ranks end with it (mp_children.arm_inherited: PR_SET_PDEATHSIG).
         os.environ[AGENT_ENV] = str(os.getpid())
         _agent[:] = [memory_evidence.snapshot()]
     patcher.replace(cls, "__post_init__", _post_init(patcher.original(cls, "__post_init__")),

@@ -5,7 +5,7 @@ sees start ends moments after its parent's death, with one line on its stderr th
   ``torch.multiprocessing.spawn``; fork, spawn and forkserver alike) watches its *parent
   sentinel*, the read end of a pipe whose write end only its parent holds (a forkserver child's
   too: that pipe comes from the process that asked for it, not from the forkserver):
-  ``mp_failure_records.watch_parent`` asks the kernel for ``SIGIO`` to the main thread as that
+  ``mp_children.watch_parent`` asks the kernel for ``SIGIO`` to the main thread as that
   end closes. Only the handling is here, loaded when the signal comes.
 - A torchrun rank (a ``subprocess`` child of its agent: no such pipe) arms
   ``prctl(PR_SET_PDEATHSIG, SIGIO)`` (:func:`watch_agent`): the agent starts its ranks in the
@@ -30,7 +30,7 @@ _ALIVE_CHECKS = 50  # 10 ms apart: a parent whose pipe closed as it exits is a z
 def watch_agent(records):
     """In a torchrun rank as it starts (its agent put its pid in ``records.AGENT_ENV``, taken
     out here so that the rank's own children do not read it; ``records``: the module
-    ``mp_failure_records``, which calls this and handles the signal): end this process, with
+    ``mp_children``, which calls this and handles the signal): end this process, with
     one line on its stderr, when the agent dies (``PR_SET_PDEATHSIG``). Linux; never raises."""
     agent = os.environ.pop(records.AGENT_ENV, "")
     if (not agent.isdigit() or not sys.platform.startswith("linux") or
@@ -54,7 +54,7 @@ def watch_agent(records):
 
 
 def on_signal(armed):
-    """SIGIO in a watching process (``armed``: ``mp_failure_records.watched.armed``): if its
+    """SIGIO in a watching process (``armed``: ``mp_children.watched.armed``): if its
     parent died, one line on stderr and exit; else (the pipe closed or the agent's thread
     ended, the parent lives on) nothing."""
     pid, sentinel, parent, name = armed

@@ -139,7 +139,7 @@ class Dispatcher(object):
         """A new channel: the parent's _Worker (for :meth:`add` or :meth:`discard`), and the
         worker's ends (Connections) inside what the worker function takes as its task and
         result queues (the standard library's worker uses their ``get`` and ``put``; ``conn``
-        tells ``mp_failure_records`` that a Pool worker's start-up error is named by its Pool)."""
+        tells ``mp_children`` that a Pool worker's start-up error is named by its Pool)."""
         tasks_r, tasks_w = os.pipe()
         results_r, results_w = os.pipe()
         os.set_blocking(results_r, False)

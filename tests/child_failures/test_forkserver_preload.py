@@ -61,7 +61,7 @@ if __name__ == "__main__":
 '''
 
 # what a multiprocessing worker imports anyway
-BASE = ["mp_bootstrap_notes", "mp_exit_evidence", "mp_failure_records", "mp_pickling_notes"]
+BASE = ["mp_children"]
 LOADED = ["_mpcompat_bootstrap", "mpcompat", "mpcompat.activation", "mpcompat.patches"]
 
 

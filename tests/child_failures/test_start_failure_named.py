@@ -1,5 +1,5 @@
 """Issue 33: a spawn or forkserver child that fails while starting is told by its parent who
-names its error (``mp_failure_records.NAMED`` in its preparation data): a worker whose owner's
+names its error (``mp_children.NAMED`` in its preparation data): a worker whose owner's
 error names it prints nothing, and so does a plain Process (its parent names it at join, as it
 sees it ended, at the latest as it exits); a worker whose owner's patch is off prints one line
 that says all, and sends no record (nobody would name it)."""

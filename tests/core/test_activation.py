@@ -281,11 +281,11 @@ def test_start_up_defers_copyreg_registry_and_patch_modules():
     print(type(pickle.loads(pickle.dumps({"a": 1}.keys()))).__name__)
     print("mpcompat.reducers" in sys.modules)
     import multiprocessing.reduction  # a patch target: the manager arms the patches
-    print("mpcompat.patches.mp_pickling_notes" in sys.modules)
+    print("mpcompat.patches.mp_children" in sys.modules)
     rows = {p.name: p.state for p in mpcompat.status().patches}
     print("multiprocessing.pickling_notes", rows["multiprocessing.pickling_notes"])
     multiprocessing.reduction.ForkingPickler.dumps(1)  # its first use
-    print("mpcompat.patches.mp_pickling_notes" in sys.modules)
+    print("mpcompat.patches.mp_children" in sys.modules)
     """
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr

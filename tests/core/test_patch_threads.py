@@ -22,7 +22,7 @@ print("ok")
 """)
 
 
-@pytest.mark.parametrize("patch", ["torch_elastic_errors", "mp_bootstrap_notes"])
+@pytest.mark.parametrize("patch", ["torch_elastic_errors", "mp_children"])
 def test_chained_excepthook_installed_and_removed_by_threads_at_once(patch):
     run_race("""
 import types

@@ -20,7 +20,7 @@ import mpcompat
 import workers
 from testenv import LOCAL_OBJECT_ERROR, child_env
 from mpcompat.diagnose.notes import add_note, notes_of
-from mpcompat.patches import mp_pickling_notes
+from mpcompat.patches import mp_children
 from mpcompat.patching import PATCHES, apply_deferred
 
 NOTES = "multiprocessing.pickling_notes"
@@ -60,7 +60,7 @@ def test_hooks_are_declared_patches_and_reversible(restore_mpcompat):
     dump, dumps = reduction.dump, reduction.ForkingPickler.__dict__["dumps"]
     check = spawn._check_not_importing_main
     original_dump = dump.__wrapped__
-    original_dumps = mp_pickling_notes.patcher.original(reduction.ForkingPickler, "dumps")
+    original_dumps = mp_children.pickling_patcher.original(reduction.ForkingPickler, "dumps")
     assert original_dumps is not dumps
     original_check = check.__wrapped__
     assert original_dump.__module__ == "multiprocessing.reduction"
@@ -75,14 +75,14 @@ def test_hooks_are_declared_patches_and_reversible(restore_mpcompat):
     apply_deferred()
     assert reduction.dump.__wrapped__ is original_dump
     assert reduction.ForkingPickler.__dict__["dumps"] is not original_dumps
-    assert mp_pickling_notes.patcher.original(reduction.ForkingPickler, "dumps") \
+    assert mp_children.pickling_patcher.original(reduction.ForkingPickler, "dumps") \
         is original_dumps
 
 
 def test_nothing_changes_when_pickling_succeeds(spawn_pool):
     obj = {"numbers": list(range(20)), "function": w.add, "point": w.Point(1, 2)}
     hooked = reduction.ForkingPickler.__dict__["dumps"]
-    original = mp_pickling_notes.patcher.original(reduction.ForkingPickler, "dumps")
+    original = mp_children.pickling_patcher.original(reduction.ForkingPickler, "dumps")
     assert original is not hooked
     assert bytes(reduction.ForkingPickler.dumps(obj)) == \
         bytes(original.__func__(reduction.ForkingPickler, obj))

@@ -35,7 +35,7 @@ def step(name, fn):
 step("view", lambda: list(pickle.loads(pickle.dumps({"a": 1}.keys()))))
 import multiprocessing.reduction, multiprocessing.spawn, multiprocessing.pool
 import concurrent.futures.process
-# the first use of what a patch hooks loads its module (mp_pickling_notes)
+# the first use of what a patch hooks loads its module (mp_children)
 step("dumps", lambda: bytes(multiprocessing.reduction.ForkingPickler.dumps(1)) != b"")
 if "--no-import" not in sys.argv:
     import mpcompat
@@ -111,7 +111,7 @@ def test_every_loaded_file_broken_in_turn_is_said_once_and_the_program_runs_on(f
     assert activated == sorted(started)
     later = sorted(f for f in files if f not in started)
     for needed in ("patching.py", "reducers.py", "diagnose/walker.py",
-                   "pickling/per_process.py", "patches/mp_pickling_notes.py"):
+                   "pickling/per_process.py", "patches/mp_children.py"):
         assert os.path.join("mpcompat", needed) in later
     failures = []
     for relpath in started + later:

@@ -1,4 +1,9 @@
-"""Patch ``multiprocessing.failure_records``: what a child leaves for its parent to explain its
+"""The multiprocessing patches that every child start loads, in one module: the first use of
+any of their targets applies them all (``patching._WORKER_TARGETS``), in the parent as its first
+child starts and in every child. The table names each patch's ``apply`` and ``revert`` here
+(``impl``: ``mpcompat.patches.mp_children:<patch>``, the objects at the end).
+
+``multiprocessing.failure_records``: what a child leaves for its parent to explain its
 failure (patches.md). Every start pays only for what the parent needs later; a child only for
 its own side; explaining is :mod:`mpcompat.child_failures.exits`' and ``.spawn_child``'s, loaded
 when a failure is seen.
@@ -36,18 +41,51 @@ when a failure is seen.
   ``Process`` nobody joined), at the line that started it.
 - ``forkserver.connect_to_new_process``: a forkserver that died says so (``exits.forkserver_died``).
 
+``multiprocessing.pickling_notes``: pickling errors in multiprocessing say what failed.
+
+``reduction.dump`` (a Process object for a new process) and ``ForkingPickler.dumps`` (every
+message) re-raise a pickling error with a note naming each part that cannot be pickled
+(``mpcompat.diagnose.notes``). ``dumps`` is on the hot path: the stock one is replaced by its
+same three lines inside a ``try`` (no extra call); anything else there is wrapped.
+
+``multiprocessing.bootstrap_notes``: a child that fails while starting says why, and
+its parent can learn it (patches.md).
+
+``spawn._check_not_importing_main`` (no main guard) gains a note with the line and the fix;
+what kills a spawn or forkserver child inside ``spawn._main`` gains the main-guard note and is
+recorded for the parent. Where mpcompat is activated while ``spawn._main`` already runs (the
+script's own ``import mpcompat``), a chained ``sys.excepthook`` does that instead. The work is
+:mod:`mpcompat.child_failures.spawn_child`'s, loaded when a child fails.
+
+``multiprocessing.exit_evidence``: what the kernel measured of each child's end, for the
+reports of dead workers (``mpcompat.child_failures.memory_evidence``, said by ``.exits``).
+
+``popen_fork.Popen`` (spawn's and forkserver's derive from it): ``__init__`` reads the OOM kill
+counters just before the child starts; ``poll`` reaps with ``os.wait4`` instead of
+``os.waitpid``, the same otherwise, which also gives the child's peak resident memory. The
+forkserver reaps its own children and sends only their exit status: ``popen_forkserver.Popen
+.poll`` notes the end, without the peak.
+
+Runs in the Pool's and executors' threads that start and reap workers (the fork rule): all it
+needs is imported as this process starts its first child (``__init__``, in the thread that
+makes the Pool or the executor, before their threads start), not with the patch: spawn workers
+apply it too, and start no child.
+
 Plain functions, not wrapt: the standard-library patches do not import it. What the helper
 threads of Pools and executors run here imports nothing.
 """
 import faulthandler
 import functools
+import io
 import os
 import sys
 from types import SimpleNamespace
 
-from mpcompat.patching import Patcher
+from mpcompat.patching import ExceptHooks, NotNeeded, Patcher, Skip
 
-patcher = Patcher()
+# --- multiprocessing.failure_records: the parent's side ------------------------------------------
+
+records_patcher = Patcher()
 KEY = "mpcompat_failure_channel"  # in the preparation data of spawn and forkserver children
 NAMED = "mpcompat_failure_named"  # there too: who names the child's start-up error
 CRASH_KEY = "mpcompat_crash_file"  # in a child's process object's _config: its crash file
@@ -389,30 +427,230 @@ def _connect_to_new_process(original, module):
     return connect_to_new_process
 
 
-def apply(module):
+def _apply_records(module):
     """Wrap ``BaseProcess.start``, ``join``, ``is_alive`` and ``_bootstrap``
     (``multiprocessing.process``),
     ``get_preparation_data``, ``prepare`` and the import of the main module (``spawn``) or
     ``connect_to_new_process`` (``forkserver``)."""
     if module.__name__ == "multiprocessing.forkserver":
         # popen_forkserver calls the module's alias of the one ForkServer's bound method.
-        patcher.replace(module, "connect_to_new_process", _connect_to_new_process(
-            patcher.original(module, "connect_to_new_process"), module))
+        records_patcher.replace(module, "connect_to_new_process", _connect_to_new_process(
+            records_patcher.original(module, "connect_to_new_process"), module))
         return
     if module.__name__ == "multiprocessing.process":
         cls = module.BaseProcess
         for name, wrap in (("start", _start), ("join", _join), ("is_alive", _is_alive),
                            ("_bootstrap", _bootstrap)):
-            patcher.replace(cls, name, wrap(patcher.original(cls, name)))
+            records_patcher.replace(cls, name, wrap(records_patcher.original(cls, name)))
         return
     for name, wrap in (("get_preparation_data", _get_preparation_data),
                        ("prepare", _staged("preparing to run what its parent sent", hear=True)),
                        ("_fixup_main_from_path", _staged(IMPORTING)),
                        ("_fixup_main_from_name", _staged(IMPORTING))):
-        patcher.replace(module, name, wrap(patcher.original(module, name)))
+        records_patcher.replace(module, name, wrap(records_patcher.original(module, name)))
     joined_late()  # mpcompat came with the child's import of its main module, maybe
 
 
-def revert(module):
-    """Put back what is still ours."""
-    patcher.restore(module)
+# --- multiprocessing.pickling_notes -------------------------------------------------------------
+
+pickling_patcher = Patcher()
+
+
+def _report(exc, obj, pickler, protocol, where):
+    try:
+        from mpcompat.diagnose.notes import pickling_failed
+        pickling_failed(exc, obj, pickler, protocol, where)
+    except Exception:
+        pass
+
+
+def _wrap_dump(original, module):
+    @functools.wraps(original)
+    def dump(obj, file, protocol=None):
+        start = file.tell() if type(file) is io.BytesIO else None
+        try:
+            result = original(obj, file, protocol)
+        except Exception as exc:
+            _report(exc, obj, module.ForkingPickler, protocol, "start")
+            raise
+        if start is not None and "_popen" in getattr(obj, "__dict__", ()):
+            # A Process object for a spawn/forkserver start: its size (the DataLoader
+            # dataset in its args) is read by mpcompat.workers.dataset_memory.
+            obj.__dict__["_mpcompat_sent_bytes"] = file.tell() - start
+        return result
+    return dump
+
+
+def _make_dumps(original, module):
+    func = original.__func__
+    name = getattr(func, "__module__", None), getattr(func, "__qualname__", None)
+    if name == (module.__name__, "ForkingPickler.dumps") and not hasattr(func, "__wrapped__"):
+        def dumps(cls, obj, protocol=None):
+            buf = io.BytesIO()
+            try:
+                cls(buf, protocol).dump(obj)
+            except Exception as exc:
+                _report(exc, obj, cls, protocol, "send")
+                raise
+            return buf.getbuffer()
+    else:
+        def dumps(cls, obj, protocol=None):
+            try:
+                return func(cls, obj, protocol)
+            except Exception as exc:
+                _report(exc, obj, cls, protocol, "send")
+                raise
+    return classmethod(functools.wraps(func)(dumps))
+
+
+def _apply_pickling(module):
+    """Hook ``module.dump`` and ``module.ForkingPickler.dumps`` (``multiprocessing.reduction``)."""
+    pickler = module.__dict__.get("ForkingPickler")
+    if not callable(module.__dict__.get("dump")) or \
+            not isinstance(getattr(pickler, "__dict__", {}).get("dumps"), classmethod):
+        raise Skip("multiprocessing.reduction has no dump() or ForkingPickler.dumps")
+    original = pickling_patcher.original
+    pickling_patcher.replace(module, "dump", _wrap_dump(original(module, "dump"), module))
+    pickling_patcher.replace(pickler, "dumps", _make_dumps(original(pickler, "dumps"), module))
+
+
+# --- multiprocessing.bootstrap_notes ------------------------------------------------------------
+
+bootstrap_patcher = Patcher()
+hooks = ExceptHooks()
+
+
+def _hooked(original, errors, on_error):
+    """``original``, calling ``spawn_child.<on_error>(exc)`` for an error of type ``errors`` it
+    raises; when that returns a string, it is printed instead of the traceback (nothing for
+    ""), and the process exits with code 1; None: the error goes on."""
+    @functools.wraps(original)
+    def hooked(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        except errors as exc:
+            line = None
+            try:
+                from mpcompat.child_failures import spawn_child  # a failing child's main thread
+                line = getattr(spawn_child, on_error)(exc)
+            except Exception:
+                pass
+            if line is None:
+                raise
+        spawn_child.print_line(line)
+        raise SystemExit(1)  # spawn_main exits with it; a forkserver child exits 1 in any case
+    return hooked
+
+
+def _apply_bootstrap(module):
+    """Hook ``_check_not_importing_main`` and ``_main`` of ``module`` (``multiprocessing.spawn``);
+    in a child that is starting up right now, also install the excepthook."""
+    if not callable(module.__dict__.get("_check_not_importing_main")) or \
+            not callable(module.__dict__.get("_main")):
+        raise Skip("multiprocessing.spawn has no _check_not_importing_main() or _main()")
+    for name, errors, on_error in (("_check_not_importing_main", RuntimeError,
+                                    "main_guard_failed"),
+                                   ("_main", Exception, "start_failed")):
+        bootstrap_patcher.replace(module, name, _hooked(bootstrap_patcher.original(module, name),
+                                                        errors, on_error))
+    if getattr(module.process.current_process(), "_inheriting", False):
+        from mpcompat.child_failures import spawn_child
+        hooks.install(spawn_child.ExceptHook)
+
+
+def _revert_bootstrap(module):
+    """Put back the originals where ours are in place; turn the excepthook off (removed where
+    it is still the one in place)."""
+    bootstrap_patcher.restore(module)
+    hooks.remove()
+
+
+# --- multiprocessing.exit_evidence --------------------------------------------------------------
+
+evidence_patcher = Patcher()
+_WAITID = hasattr(os, "waitid") and hasattr(os, "WNOWAIT")
+_ENDED = os.WEXITED | os.WNOHANG | getattr(os, "WNOWAIT", 0) if _WAITID else 0
+_evidence = []  # memory_evidence, loaded by the first start
+
+
+def _init(original):
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        if not _evidence:  # the first start: the user's thread
+            import resource  # noqa: F401  (os.wait4 imports it at its first call)
+            from mpcompat.child_failures import memory_evidence
+            _evidence.append(memory_evidence)
+        evidence = _evidence[0]
+        try:
+            before = evidence.snapshot()
+        except Exception:
+            before = None
+        try:
+            original(self, *args, **kwargs)
+        except BaseException as exc:
+            from mpcompat.workers.user_frames import drop_own_frames  # loaded by the start
+            drop_own_frames(exc)
+            raise
+        evidence.started(self.pid, before)
+    return __init__
+
+
+def poll(self, flag=os.WNOHANG):
+    """``popen_fork.Popen.poll``, reaping with ``os.wait4``: the exit code, or None."""
+    if self.returncode is None:
+        try:
+            # Still running? Asked without reaping: a poll (each start polls every child)
+            # builds no struct_rusage for a child that has not ended.
+            if flag and _WAITID and os.waitid(os.P_PID, self.pid, _ENDED) is None:
+                return None
+            pid, status, rusage = os.wait4(self.pid, flag)
+        except OSError:  # not created yet (CPython's poll says so too)
+            return None
+        if pid == self.pid:
+            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            _reaped(pid, code, rusage, "this process")
+            self.returncode = code
+    return self.returncode
+
+
+def _forkserver_poll(original):
+    @functools.wraps(original)
+    def poll(self, *args, **kwargs):
+        if self.returncode is not None:
+            return self.returncode
+        code = original(self, *args, **kwargs)
+        if code is not None:
+            _reaped(self.pid, code, None, "the forkserver")
+        return code
+    return poll
+
+
+def _reaped(pid, code, rusage, reaper):
+    if _evidence:  # else nothing was measured as it started
+        try:
+            _evidence[0].reaped(pid, code, rusage, reaper)
+        except Exception:
+            pass
+
+
+def _apply_evidence(module):
+    """Wrap ``Popen.__init__`` and replace ``Popen.poll`` (``multiprocessing.popen_fork``), or
+    wrap the forkserver's ``Popen.poll``."""
+    if not hasattr(os, "wait4"):
+        raise NotNeeded("this system has no os.wait4")
+    cls = module.Popen
+    if module.__name__ == "multiprocessing.popen_forkserver":
+        evidence_patcher.replace(cls, "poll",
+                                 _forkserver_poll(evidence_patcher.original(cls, "poll")))
+        return
+    evidence_patcher.replace(cls, "__init__", _init(evidence_patcher.original(cls, "__init__")))
+    evidence_patcher.replace(cls, "poll", poll)
+
+
+# --- the table's impl of each patch ------------------------------------------------------------
+
+# (Patcher.restore(module): put back what is still ours on that module.)
+failure_records = SimpleNamespace(apply=_apply_records, revert=records_patcher.restore)
+pickling_notes = SimpleNamespace(apply=_apply_pickling, revert=pickling_patcher.restore)
+bootstrap_notes = SimpleNamespace(apply=_apply_bootstrap, revert=_revert_bootstrap)
+exit_evidence = SimpleNamespace(apply=_apply_evidence, revert=evidence_patcher.restore)
