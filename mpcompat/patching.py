@@ -524,7 +524,12 @@ def _implementation(spec):
     """The patch's code, imported if need be: what has its ``apply`` and ``revert``."""
     module, _, name = spec.impl.partition(":")
     module = _module(module)
-    return getattr(module, name) if name else module
+    if not name:
+        return module
+    try:
+        return getattr(module, name)
+    except AttributeError:  # said as Python says it of a from-import
+        raise ImportError("cannot import name %r from %r" % (name, module.__name__)) from None
 
 
 class PatchState(object):
@@ -772,8 +777,10 @@ def _apply(st, module):
 
 def _run_apply(st, module, reason):
     """Import the patch's module and apply it: ``(state, reason, warning)``."""
+    implementation = None
     try:
-        _implementation(st.spec).apply(module)
+        implementation = _implementation(st.spec)
+        implementation.apply(module)
         return APPLIED, reason, None
     except NotNeeded as exc:
         return NOT_NEEDED, str(exc), None
@@ -782,7 +789,7 @@ def _run_apply(st, module, reason):
     except Exception as exc:
         from mpcompat.errors import describe_exception
         cause = describe_exception(exc)
-        if _impl_module(st.spec) in sys.modules:
+        if implementation is not None:  # what its apply() did before it raised
             revert([(st, module)])
         return FAILED, cause, "failed on %s %s and was skipped: %s" % (
             st.distribution, st.version, cause)

@@ -235,6 +235,25 @@ def test_patch_module_that_cannot_be_imported_fails_without_breaking_the_target(
     assert row.reason == "ModuleNotFoundError: No module named 'patchkit.no_such_patch'"
 
 
+def test_an_impl_may_name_an_object_in_a_module(add_patch):
+    """A row's impl ``"module:object"`` (patches that always load together share a module):
+    the object's apply and revert; an object the module lacks fails that patch, named."""
+    add_patch("test.object", impl="patchkit.good:AS_OBJECT")
+    add_patch("test.no_object", target=BETA, impl="patchkit.good:NO_SUCH")
+    with mpcompat_warnings() as found:
+        mpcompat.activate()
+        target, beta = _import(ALPHA), _import(BETA)
+    assert target.answer() == 42 and beta.answer() == 41
+    rows = _rows()
+    assert rows["test.object"].state == "applied"
+    assert rows["test.no_object"].state == "failed"
+    assert rows["test.no_object"].reason == (
+        "ImportError: cannot import name 'NO_SUCH' from 'patchkit.good'")
+    assert len(found) == 1 and "'test.no_object' failed on Python" in found[0], found
+    mpcompat.deactivate()
+    assert target.answer() == 41
+
+
 def test_a_version_older_than_tested_stays_off_quietly(add_patch):
     add_patch("test.too_old", distributions=("pytest",), supported=">=1000")
     with mpcompat_warnings() as found:

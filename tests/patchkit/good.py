@@ -2,6 +2,8 @@
 
 Records every ``apply`` call in ``CALLS`` so tests can count (re-)applications.
 """
+import types
+
 CALLS = []
 _originals = {}  # module name -> (original function, our wrapper)
 
@@ -25,3 +27,7 @@ def revert(module):
     saved = _originals.pop(module.__name__, None)
     if saved is not None and module.answer is saved[1]:
         module.answer = saved[0]
+
+
+# The same patch as an object in this module: a table row's impl "patchkit.good:AS_OBJECT".
+AS_OBJECT = types.SimpleNamespace(apply=apply, revert=revert)
