@@ -221,12 +221,21 @@ def _start(how, targets):
 
 def _arm(patching):
     """Arm the patches as configured (the caller holds the lock): see patching.arm()."""
-    args, _config["arm"] = _config["arm"], None
+    args = _config["arm"]
     if args == "all":  # activated with the start-up hook's list of targets: every patch
         rows = patching.PATCHES
         _start(_state["how"], {t for spec in rows if not spec.env_off() for t in spec.targets})
         args = (rows, frozenset(spec.name for spec in rows), None)
-    return patching.arm(*args)
+    armed = patching.arm(*args)
+    while _early_modules:  # the manager takes over the stubs put on before it loaded
+        stubs, modules = list(_early_stubs.values()), list(_early_modules.values())
+        _early_stubs.clear()
+        _early_modules.clear()
+        patching.adopt(stubs, modules)
+    # Last: ensure_armed() reads it without the lock, and a thread that sees None goes on to
+    # apply, which needs every patch armed and every stub adopted.
+    _config["arm"] = None
+    return armed
 
 
 def ensure_armed():
@@ -263,10 +272,12 @@ def _register_builtins():
 
 
 def _on_target(module):
-    """The one callback for every patch target: hand the module to the patch manager."""
+    """The one callback for every patch target: hand the module to the patch manager (or,
+    before it has loaded, put on the module's first-use stubs: :data:`EARLY_FIRST_USES`)."""
     if _state["active"]:
         try:
-            ensure_armed().on_module(module)
+            if not _stub_early(module):
+                ensure_armed().on_module(module)
         except Exception as exc:
             _warn_failure("%s is not patched" % module.__name__, exc)
 
@@ -290,6 +301,11 @@ def deactivate():
         _config.update(watched=frozenset(), arm=None)
         patching = sys.modules.get("mpcompat.patching")
         undo = patching.disarm_all() if patching is not None else []
+        for owner, name, original, stub, _ in _early_stubs.values():
+            if owner.__dict__.get(name) is stub:  # what somebody set after us stays theirs
+                setattr(owner, name, original)
+        _early_stubs.clear()
+        _early_modules.clear()
         if _registered:
             import copyreg
             for cls, reducer in list(_registered.items()):
@@ -329,6 +345,98 @@ def activate_on_import():
     else:
         how = "activated by import mpcompat"
     _activate(None, None, how)
+
+
+# --- first-use stubs ------------------------------------------------------------------------
+# The standard library's patch targets whose always-on patches all wait for a first use (their
+# rows' first_use in patching.PATCHES; tests/core/test_patching.py checks it). Imported before
+# the patch manager has loaded, they get their stubs here; the manager, loaded by the first call
+# of one (or by status(), or by another target), adopts them (patching.adopt). A process that
+# imports multiprocessing and never starts a process never loads it.
+EARLY_FIRST_USES = {
+    "multiprocessing.reduction": ("dump", "ForkingPickler.dumps"),
+    "multiprocessing.spawn": ("get_preparation_data", "_main", "prepare"),
+    "multiprocessing.process": ("BaseProcess.start", "BaseProcess._bootstrap"),
+    "multiprocessing.forkserver": ("connect_to_new_process",),
+    "multiprocessing.popen_fork": ("Popen.__init__",),
+    "multiprocessing.popen_forkserver": ("Popen.__init__",),
+    "multiprocessing.pool": ("Pool.__init__", "worker"),
+    "concurrent.futures.process": ("ProcessPoolExecutor.__init__", "_process_worker"),
+}
+EARLY_OFF_ENV = "MPCOMPAT_HANG_DUMP"  # set, a patch of two of them applies as they are imported
+_early_stubs = {}  # (id(owner), name) -> [owner, name, original, stub, target]: put on here
+_early_modules = {}  # target name -> the module those stubs are on
+_FUNCTION = type(process_lock)
+
+
+def _stub_early(module):
+    """Put the first-use stubs of ``module`` on it, where it is one of EARLY_FIRST_USES and the
+    patch manager is not armed yet; return whether it did (else the manager takes it)."""
+    entries = EARLY_FIRST_USES.get(module.__name__)
+    # (a spawn child: its start is a first use, the manager loads anyway)
+    if entries is None or _config["arm"] != "all" or os.environ.get(EARLY_OFF_ENV, "").strip() \
+            or "--multiprocessing-fork" in sys.argv or child_starting():
+        return False
+    spots = []
+    for path in entries:
+        owner_path, _, name = path.rpartition(".")
+        owner = getattr(module, owner_path, None) if owner_path else module
+        value = getattr(owner, "__dict__", {}).get(name)
+        if not isinstance(getattr(value, "__func__", value), _FUNCTION):
+            return False  # not a function here: the manager decides what to do
+        spots.append((owner, name))
+    with process_lock(_locks):
+        if _config["arm"] != "all":  # armed meanwhile, by another thread
+            return False
+        for owner, name in spots:
+            original = owner.__dict__[name]
+            if not getattr(original, "mpcompat_first_use", False):
+                stub = first_use_stub(owner, name, module.__name__)
+                setattr(owner, name, stub)
+                _early_stubs[(id(owner), name)] = [owner, name, original, stub, module.__name__]
+        _early_modules[module.__name__] = module
+    return True
+
+
+def first_use_stub(owner, name, module_name):
+    """A stand-in for the function or classmethod ``owner.name`` of module ``module_name``: its
+    first call applies the deferred patches of that module's group (``patching.apply_deferred``;
+    in the caller's thread, never a Pool's helper thread, which only runs once a Pool is made),
+    then it calls what is there now. Named as the original, it pickles by reference as it
+    did."""
+    original = owner.__dict__[name]
+    # a classmethod's function; a bound method (forkserver's module-level functions) is called
+    function = original.__func__ if isinstance(original, classmethod) else original
+    fired = []
+
+    def first_use(*args, **kwargs):
+        try:
+            if fired:  # reached again through a wrapper somebody made around the stub
+                return function(*args, **kwargs)
+            ensure_armed().apply_deferred(module_name)
+            fired.append(True)
+            current = owner.__dict__.get(name)
+            if current is stub:  # still ours (the patch declined): the original
+                return function(*args, **kwargs)
+            if function is original:
+                return getattr(owner, name)(*args, **kwargs)
+            return getattr(args[0], name)(*args[1:], **kwargs)  # a classmethod: cls first
+        except BaseException as exc:  # the user reads their frames, not this stub's
+            from mpcompat.workers.user_frames import drop_own_frames
+            drop_own_frames(exc)
+            raise
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(first_use, attr, getattr(function, attr))
+    first_use.__wrapped__, first_use.mpcompat_first_use = function, True
+    stub = first_use if function is original else classmethod(first_use)
+    return stub
+
+
+def child_starting():
+    """Whether this process is a spawn or forkserver child unpickling what its parent sent (it
+    activated late, inside ``spawn._main``: no stub would fire before a failure there)."""
+    process = sys.modules.get("multiprocessing.process")
+    return bool(process) and getattr(process.current_process(), "_inheriting", False)
 
 
 # --- the reducer registry's state, and the built-in reducers ---------------------------------

@@ -1,5 +1,6 @@
 """The patch layer: how a patch is declared, the table of every patch, and the machinery that
-applies them (one module: all of it loads with the first patch target a process imports).
+applies them (one module: all of it loads when a process first needs it: a target not in
+``activation.EARLY_FIRST_USES``, the first call of a stub, ``status()``).
 
 - ``PatchSpec`` declares a patch, a row of ``PATCHES``, the one table; a patch module (under
   ``mpcompat.patches``) provides ``apply(module)`` and ``revert(module)``, called once per
@@ -12,7 +13,9 @@ applies them (one module: all of it loads with the first patch target a process 
   activation's lock (bookkeeping only), then apply or revert outside it: a patch disarmed while
   an import applies it is reverted by whichever of the two comes last.
 - A row's ``first_use`` defers its module: stubs on those functions load and apply it at the
-  first call of one of them (:func:`apply_deferred`).
+  first call of one of them (:func:`apply_deferred`). The standard library's targets get theirs
+  from activation before this module loads (``activation.EARLY_FIRST_USES``): it loads at the
+  first call of one, or as anything else needs it, and adopts them (:func:`adopt`).
 - ``Patcher`` is the one way a patch changes a library (gevent.monkey's saved originals):
   replace an attribute or a registry's item, remember the original, put it back only where ours
   is still in place. Threads may apply and revert one patch at once: each change is made under
@@ -27,6 +30,9 @@ import sys
 from _operator import itemgetter
 from _thread import RLock, start_new_thread
 from itertools import takewhile
+
+# (activation imports this module when it first needs it: activation is complete by then)
+from mpcompat.activation import child_starting, first_use_stub
 
 
 def process_lock(locks):
@@ -238,6 +244,12 @@ class Patcher(object):
     def replace_item(self, mapping, key, value, target):
         """:meth:`replace` for ``mapping[key]`` (``ForkingPickler._extra_reducers``)."""
         return self._replace(mapping, key, True, value, target)
+
+    def adopt(self, owner, name, original, new, target):
+        """Record ``owner.name`` as replaced by ``new`` (in place already) from ``original``:
+        a replacement made before this patcher existed (activation's first-use stubs)."""
+        with process_lock(self._locks):
+            self._records[(id(owner), name, False)] = [owner, name, False, original, new, target]
 
     def wrap(self, owner, name, wrapper, target=None):
         """Replace ``owner.name`` with ``wrapt.FunctionWrapper(original, wrapper)`` (not for
@@ -720,6 +732,20 @@ def on_module(module):
             _apply(st, module)
 
 
+def adopt(stubs, modules):
+    """Take over the first-use stubs activation put on before this module loaded (``[owner,
+    name, original, stub, target]`` each), on ``modules``: the armed patches of those targets
+    wait for a first use, as on_module() leaves them. Bookkeeping only, nothing imported: the
+    caller holds activation's lock."""
+    for owner, name, original, stub, target in stubs:
+        _stubs.adopt(owner, name, original, stub, target)
+    with process_lock(_locks):
+        for module in modules:
+            _pending.setdefault(module.__name__, [])  # _apply() defers: the stubs are on
+    for module in modules:
+        on_module(module)
+
+
 def _read_version(st):
     """Read the version of the patch's library (or Python's), once; "" if unknown."""
     if st.version is None:
@@ -765,7 +791,7 @@ def _apply(st, module):
         st.applied[module.__name__] = module
         entries = st.spec.first_use.get(module.__name__, ())
         if (entries and _impl_module(st.spec) not in sys.modules and not _used
-                and not _child_starting()) or module.__name__ in _pending:
+                and not child_starting()) or module.__name__ in _pending:
             reason = "; ".join(filter(None, (reason, _defer(st, module, entries))))
         else:
             state, reason, warning = _run_apply(st, module, reason)
@@ -808,13 +834,6 @@ def _settle(st, module, state, reason, warning):
         _warn(st, warning, key=reason if state == FAILED else None)
 
 
-def _child_starting():
-    """Whether this process is a spawn or forkserver child unpickling what its parent sent (it
-    activated late, inside ``spawn._main``: no stub would fire before a failure there)."""
-    process = sys.modules.get("multiprocessing.process")
-    return bool(process) and getattr(process.current_process(), "_inheriting", False)
-
-
 def _applied(st, note):
     """Say in status() where ``st`` is applied and what it waits for, with ``note``."""
     waiting = [t for t in st.spec.targets if t not in st.applied]
@@ -839,14 +858,16 @@ def _defer(st, module, entries):
             spots.append((owner, name, path))
     with process_lock(_locks):
         # Behind another patch's stubs, a patch waits too: one applied now would wrap a stub.
-        later = bool(spots) or module.__name__ in _pending
+        # (a first use in another thread since _apply() looked: the patch applies now)
+        later = bool(spots) and not _used or module.__name__ in _pending
         if later:
             _pending.setdefault(module.__name__, [])
             if st not in _pending[module.__name__]:
                 _pending[module.__name__].append(st)
-        for owner, name, path in spots:
-            if not getattr(owner.__dict__[name], "mpcompat_first_use", False):
-                _stubs.replace(owner, name, _stub(owner, name, module.__name__), module.__name__)
+            for owner, name, path in spots:
+                if not getattr(owner.__dict__[name], "mpcompat_first_use", False):
+                    _stubs.replace(owner, name, first_use_stub(owner, name, module.__name__),
+                                   module.__name__)
     if not later:
         _implementation(st.spec).apply(module)
         return ""
@@ -855,40 +876,6 @@ def _defer(st, module, entries):
             module.__name__)
     return "its code loads at the first call of %s" % " or ".join(
         sorted(path for _, _, path in spots))
-
-
-def _stub(owner, name, module_name):
-    """A stand-in for the function or classmethod ``owner.name`` of module ``module_name``: its
-    first call applies the deferred patches of that module's group (:func:`apply_deferred`; in
-    the caller's thread, never a Pool's helper thread, which only runs once a Pool is made),
-    then it calls what is there now. Named as the original, it pickles by reference as it
-    did."""
-    original = owner.__dict__[name]
-    # a classmethod's function; a bound method (forkserver's module-level functions) is called
-    function = original.__func__ if isinstance(original, classmethod) else original
-    fired = []
-
-    def first_use(*args, **kwargs):
-        try:
-            if fired:  # reached again through a wrapper somebody made around the stub
-                return function(*args, **kwargs)
-            apply_deferred(module_name)
-            fired.append(True)
-            current = owner.__dict__.get(name)
-            if current is stub:  # still ours (the patch declined): the original
-                return function(*args, **kwargs)
-            if function is original:
-                return getattr(owner, name)(*args, **kwargs)
-            return getattr(args[0], name)(*args[1:], **kwargs)  # a classmethod: cls first
-        except BaseException as exc:  # the user reads their frames, not this stub's
-            from mpcompat.workers.user_frames import drop_own_frames
-            drop_own_frames(exc)
-            raise
-    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
-        setattr(first_use, attr, getattr(function, attr))
-    first_use.__wrapped__, first_use.mpcompat_first_use = function, True
-    stub = first_use if function is original else classmethod(first_use)
-    return stub
 
 
 # The targets whose functions start or feed worker processes: a Pool's, a Queue's and an

@@ -81,7 +81,11 @@ def test_the_finder_sees_a_circle():
 # left them; a new one fails the test. And one with an
 # edge inside a function on the path of use: the Pool patch's worker side loads its parent side
 # as the first Pool is made (a worker never loads it), which imports the worker side's protocol.
+# Likewise activation loads the patch layer when it first needs it (a first use, a target not of
+# the standard library, status()), which imports activation's first-use stubs: activation is
+# complete by then (``import mpcompat`` runs it first).
 KNOWN = {("mpcompat.patches.mp_pool_workers", "mpcompat.workers.pool_dispatcher"),
+         ("mpcompat.activation", "mpcompat.patching"),
          ("mpcompat.child_failures.channel", "mpcompat.child_failures.exits"),
          ("mpcompat.child_failures.channel", "mpcompat.patches.mp_children"),
          ("mpcompat.child_failures.channel", "mpcompat.patches.mp_children",

@@ -108,6 +108,30 @@ def test_the_table_is_immutable():
     assert spec.supported == patching.TORCH_TESTED
 
 
+def test_the_early_first_uses_are_the_tables():
+    """activation.EARLY_FIRST_USES, the stubs activation puts on before the patch layer loads,
+    are the first uses of every always-on patch of each of those targets, all of them the
+    standard library's; a patch of them that applies as they are imported needs
+    EARLY_OFF_ENV, which turns the early stubs off."""
+    from mpcompat.activation import EARLY_FIRST_USES, EARLY_OFF_ENV
+    expected = {}
+    for target in EARLY_FIRST_USES:
+        rows = [spec for spec in patching.PATCHES if target in spec.targets]
+        on = [spec for spec in rows if not spec.needs_env]
+        assert on and all(not spec.distributions and not spec.needed and spec.first_use.get(
+            target) for spec in on), target
+        assert {spec.needs_env for spec in rows if spec.needs_env} <= {EARLY_OFF_ENV}
+        expected[target] = {path for spec in on for path in spec.first_use[target]}
+    assert {t: set(paths) for t, paths in EARLY_FIRST_USES.items()} == expected
+    # every standard-library target whose always-on patches all wait for a first use is there
+    for spec in patching.PATCHES:
+        for target in spec.targets:
+            on = [s for s in patching.PATCHES if target in s.targets and not s.needs_env]
+            if on and all(not s.distributions and not s.needed and s.first_use.get(target)
+                          for s in on):
+                assert target in EARLY_FIRST_USES, target
+
+
 def test_reading_the_table_imports_nothing():
     code = """
 import sys

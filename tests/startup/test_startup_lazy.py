@@ -1,13 +1,20 @@
 """Pay on failure at interpreter start, with the wheel's ``mpcompat.pth``: a process that
 imports nothing mpcompat acts on loads only the start-up hook; ``MPCOMPAT_DISABLE`` stops the
 ``.pth`` line before any import; the first import of copyreg loads the reducers and no patch
-machinery; multiprocessing's resource tracker loads nothing, its forkserver nothing of its own."""
+machinery, nor does the import of a standard-library target (its first-use stubs are
+activation's until the patch layer loads); multiprocessing's resource tracker loads nothing, its
+forkserver nothing of its own."""
 import ast
+import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from mpcompat import patching
+from mpcompat.activation import EARLY_FIRST_USES
+
+from test_startup_first_imports import _ours
 
 MODULES = "import sys; print(sorted(m for m in sys.modules if 'mpcompat' in m))"
 
@@ -41,21 +48,71 @@ def test_a_process_that_imports_nothing_mpcompat_acts_on_loads_only_the_hook(ven
     assert _modules(venv, MODULES, MPCOMPAT_DISABLE="1") == [[]]
 
 
-def test_copyreg_registers_the_reducers_and_a_target_loads_the_patch_layer(venv):
+def test_copyreg_registers_the_reducers_and_a_first_use_loads_the_patch_layer(venv):
     # The built-in reducers are activation's: the registry's functions (mpcompat.reducers)
-    # load when they are used.
+    # load when they are used. The standard library's targets get their first-use stubs from
+    # activation: the patch layer loads with the first call of one (here a Pool), which applies
+    # the patches of every multiprocessing target imported.
     code = ("import copyreg\n" + MODULES + "\nimport pickle\n"
             "print(list(pickle.loads(pickle.dumps({'a': 1}.keys()))))\n"
-            "import multiprocessing.pool\n" + MODULES + "\nimport mpcompat\n"
-            "print([cls.__name__ for cls in mpcompat.registered()])\n" + MODULES)
-    before, views, after, registered, used = _modules(venv, code)
+            "import multiprocessing.pool, concurrent.futures.process\n" + MODULES + "\n"
+            "print([multiprocessing.pool.Pool.__init__.mpcompat_first_use])\n"
+            "with multiprocessing.pool.Pool(1) as pool: print(pool.map(abs, [-1]))\n" + MODULES +
+            "\nprint([hasattr(multiprocessing.pool.Pool.__init__, 'mpcompat_first_use')])\n"
+            "import mpcompat\nprint([cls.__name__ for cls in mpcompat.registered()])\n" + MODULES)
+    before, views, after, stubbed, mapped, used, unstubbed, registered, registry = _modules(
+        venv, code)
     assert before == ["_mpcompat_bootstrap", "mpcompat", "mpcompat.activation",
                       "mpcompat.rebuild_views"]
     assert views == ["a"]
-    assert after == before[:3] + ["mpcompat.patching"] + before[3:]  # no patch's own module
+    assert after == before  # neither the patch layer nor a patch's own module
+    assert stubbed == [True] and mapped == [1] and unstubbed == [False]
+    assert {"mpcompat.patching", "mpcompat.patches.mp_pool_workers",
+            "mpcompat.patches.mp_children"} <= set(used) - set(after)
     assert sorted(registered) == ["dict_items", "dict_keys", "dict_values", "module",
                                   "odict_items", "odict_keys", "odict_values"]
-    assert used == after + ["mpcompat.reducers"]
+    assert set(registry) - set(used) == {"mpcompat.reducers"}
+
+
+def test_status_adopts_the_stubs_put_on_before_the_patch_layer_loaded(venv):
+    """What status() says of the standard library's patches is the same whether their stubs
+    were put on by activation (the installed start-up) or by the patch layer (``import
+    mpcompat`` first, which loads it), and undoing mpcompat takes them off either way."""
+    targets = ", ".join(sorted(EARLY_FIRST_USES))
+    code = ("import sys\nif sys.argv[1:] == ['first']: import mpcompat\n"
+            "import " + targets + "\nimport mpcompat\n"
+            "rows = [(r.name, r.state, r.reason) for r in mpcompat.status().patches]\n"
+            "print(sorted(r for r in rows if r[0].startswith(('multiprocessing.', "
+            "'concurrent_futures.'))))\nmpcompat.deactivate()\n"
+            "import multiprocessing.pool\n"
+            "print([hasattr(multiprocessing.pool.Pool.__init__, 'mpcompat_first_use')])")
+    early = _modules(venv, "exec(%r)" % code)
+    proc = venv.run(["python", "-c", code, "first"])
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    late = [ast.literal_eval(line) for line in proc.stdout.splitlines()]
+    assert early == late
+    assert ("multiprocessing.pool_workers", "applied", "on multiprocessing.pool (its code loads "
+            "at the first call of Pool.__init__ or worker)") in early[0]
+    assert early[1] == [False]
+
+
+def test_stubs_put_on_early_are_adopted_by_a_first_use_in_another_thread(installed):
+    """Threads import the standard library's targets while another calls a first use and
+    another status(), in 40 fresh processes: the first use applies every patch of the group,
+    no stub stays on, nothing is lost, no import fails for mpcompat (CPython's own import race
+    between multiprocessing's modules is left aside, as in test_startup_first_imports)."""
+    def run(number):
+        proc = installed.script("early_first_use.py", timeout=120)
+        out = json.loads(proc.stdout.strip() or "{}") if proc.returncode == 0 else {}
+        ours = [e for e in out.get("errors", ["no output"]) if _ours(e)]
+        if proc.returncode or proc.stderr or ours or out["stubbed"] or out["lost"]:
+            return "run %d: exit %s, %s%s" % (number, proc.returncode, proc.stdout, proc.stderr)
+        return out["used"]
+    with ThreadPoolExecutor(2) as pool:  # two at a time: this machine's two cores
+        results = list(pool.map(run, range(40)))
+    bad = [result for result in results if isinstance(result, str)]
+    assert bad == [], "%d of 40 runs:\n%s" % (len(bad), "\n".join(bad[:5]))
+    assert results.count(True) >= 20  # the first use ran in most
 
 
 def test_the_resource_tracker_loads_nothing(venv):
@@ -79,4 +136,4 @@ def test_the_forkserver_loads_nothing_until_a_module_it_preloads_imports_a_trigg
     modules, outcome, after = _modules(venv, code)
     assert modules == ["_mpcompat_bootstrap"]
     assert outcome == ["waiting for the first import of a trigger"]
-    assert "mpcompat.patching" in after and "mpcompat.rebuild_views" in after
+    assert "mpcompat.activation" in after and "mpcompat.rebuild_views" in after
