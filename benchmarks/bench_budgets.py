@@ -83,6 +83,8 @@ ROWS = [
     ("pass", "`python -c pass`", ["-c", "pass"], {}, None, 1.5),
     ("disabled", "`MPCOMPAT_DISABLE=1 python -c pass`", ["-c", "pass"],
      {"MPCOMPAT_DISABLE": "1"}, None, 0.2),
+    ("import_re", '`python -c "import re"` (json, logging, argparse: copyreg)',
+     ["-c", "import re"], {}, None, 1.5),
     ("import_pool", '`python -c "import multiprocessing.pool"`',
      ["-c", "import multiprocessing.pool"], {}, None, 3.0),
     ("resource_tracker", "the resource tracker, whole life", ["tracker.py"], {}, _TRACKER, 1.5),

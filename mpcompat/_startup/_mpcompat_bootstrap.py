@@ -4,9 +4,9 @@ so that a broken package cannot break it.
 ``mpcompat.pth`` (``mpcompat.start`` on 3.15+) and ``mpcompat run``'s sitecustomize call
 :func:`main`, which never raises, is silent when all goes well and does nothing on a second call
 (virtualenvs process ``.pth`` files twice). It loads nothing of the package: a finder watches
-for the first import of a module mpcompat acts on (copyreg, a patch target), and that import
-activates mpcompat (``import mpcompat``). A process that imports none of them pays for this
-file only.
+for the first import of a module mpcompat acts on (one that pickles or copies, a patch target),
+and that import activates mpcompat (``import mpcompat``). A process that imports none of them
+pays for this file only.
 """
 import sys
 
@@ -38,6 +38,11 @@ TARGETS = {
 }
 
 
+# What pickles or copies, so needs the built-in reducers registered first: not copyreg itself,
+# which re (json, logging, argparse) imports in nearly every program that never pickles.
+PICKLERS = frozenset(("pickle", "_pickle", "copy"))
+
+
 def watched():
     """The patch targets to watch in this process (their patches' variables read now)."""
     import os  # in each function, not at the top: see mpcompat_hook's comment
@@ -55,8 +60,9 @@ triggers = frozenset()
 # nothing there: it runs no code of the user's but what it preloads (the main module, from
 # 3.14), which activates mpcompat where it imports a trigger (torch). Its children activate
 # as they are forked (_forking).
-SERVER_OWN = frozenset(("copyreg", "multiprocessing.reduction", "multiprocessing.process",
-                        "multiprocessing.spawn", "multiprocessing.forkserver"))
+SERVER_OWN = frozenset(("pickle", "_pickle", "multiprocessing.reduction",
+                        "multiprocessing.process", "multiprocessing.spawn",
+                        "multiprocessing.forkserver"))
 server_own = frozenset()
 server = []  # the forkserver's: its pid, then one None per child it forked
 
@@ -70,7 +76,7 @@ def find_spec(fullname, path=None, target=None):
         if fullname == "multiprocessing.forkserver":
             _serve()
         return None
-    hook = _activate()  # another thread activating meanwhile: waits for it, as imports do
+    hook = _activate_unlocked()  # another thread activating meanwhile: waits, as imports do
     return hook.find_spec(fullname, path, target) if hook is not None else None
 
 
@@ -96,7 +102,7 @@ def main(route="mpcompat.start"):
         if helper == "resource_tracker":
             outcome = "off in multiprocessing's resource tracker"
         else:
-            names = watched() | {"copyreg"}  # copyreg: the built-in reducers
+            names = watched() | PICKLERS
             if helper == "forkserver":
                 server_own = SERVER_OWN
             _arm(names)
@@ -176,6 +182,27 @@ def _forked():
         server_own = frozenset()
         if outcome in ARMED:
             _arm(triggers)
+
+
+def _activate_unlocked():
+    # _activate() from find_spec(), which importlib calls holding the interpreter's global
+    # import lock: importing mpcompat under it would wait forever for a thread importing
+    # mpcompat itself (the user's import, an unpickled rebuild function), which needs that lock
+    # for each module it imports. The lock is let go meanwhile, as often as this thread holds
+    # it, and taken back.
+    import _imp
+    held = 0
+    try:
+        while True:
+            _imp.release_lock()
+            held += 1
+    except Exception:  # RuntimeError: no longer held by this thread
+        pass
+    try:
+        return _activate()
+    finally:
+        for _ in range(held):
+            _imp.acquire_lock()
 
 
 def _activate():

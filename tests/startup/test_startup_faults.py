@@ -2,7 +2,7 @@
 runs to its end, and the fault is said once, where the user reads it.
 
 - A file the start-up hook loads (``import mpcompat``, at the first import of a module mpcompat
-  acts on: copyreg here): one line on stderr naming the file, mpcompat off in this process tree.
+  acts on: pickle here): one line on stderr naming the file, mpcompat off in this process tree.
 - A file loaded later, inside the package: an import error is an error. Loaded for a library
   import (the patch manager, a patch), it is one warning naming the file, the library's import
   goes on, and mpcompat stays on; loaded by a call of the API (``mpcompat.explain``), that call
@@ -22,7 +22,7 @@ import pytest
 PROGRAM = r"""
 import sys
 started = sorted(m for m in sys.modules if m.startswith(("mpcompat", "_mpcompat")))
-import copyreg  # the first import mpcompat acts on: it activates
+import pickle  # the first import mpcompat acts on (it pickles): it activates
 activated = sorted(m for m in sys.modules if m.startswith(("mpcompat", "_mpcompat")))
 import json, pickle, traceback
 out = {"started": started, "activated": activated}
@@ -70,7 +70,7 @@ def _run(venv, program, *args):
 
 
 def _loaded_files(venv, program):
-    """``{file: whether it loaded with copyreg's import}`` for the files the program loads, as
+    """``{file: whether it loaded with pickle's import}`` for the files the program loads, as
     relative paths; nothing of the package loads at interpreter start."""
     out, stderr = _run(venv, program)
     assert stderr == "" and out["active"] is True and out["view"] == ["a"], (out, stderr)
@@ -103,7 +103,7 @@ def _broken(venv, program, relpath, text, *args):
 def test_every_loaded_file_broken_in_turn_is_said_once_and_the_program_runs_on(faulty):
     venv, program = faulty
     files = _loaded_files(venv, program)
-    activated = sorted(f for f, with_copyreg in files.items() if with_copyreg)
+    activated = sorted(f for f, with_pickle in files.items() if with_pickle)
     # what the start-up hook's import of mpcompat loads (copyreg's callback, which registers
     # the built-in reducers, loads nothing more); the registry's functions load with status()
     started = [os.path.join("mpcompat", name)

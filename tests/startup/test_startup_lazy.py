@@ -1,9 +1,9 @@
 """Pay on failure at interpreter start, with the wheel's ``mpcompat.pth``: a process that
 imports nothing mpcompat acts on loads only the start-up hook; ``MPCOMPAT_DISABLE`` stops the
-``.pth`` line before any import; the first import of copyreg loads the reducers and no patch
-machinery, nor does the import of a standard-library target (its first-use stubs are
-activation's until the patch layer loads); multiprocessing's resource tracker loads nothing, its
-forkserver nothing of its own."""
+``.pth`` line before any import; importing re (which imports copyreg) loads nothing more; the
+first import of what pickles or copies loads the reducers and no patch machinery, nor does the
+import of a standard-library target (its first-use stubs are activation's until the patch layer
+loads); multiprocessing's resource tracker loads nothing, its forkserver nothing of its own."""
 import ast
 import json
 import os
@@ -48,20 +48,23 @@ def test_a_process_that_imports_nothing_mpcompat_acts_on_loads_only_the_hook(ven
     assert _modules(venv, MODULES, MPCOMPAT_DISABLE="1") == [[]]
 
 
-def test_copyreg_registers_the_reducers_and_a_first_use_loads_the_patch_layer(venv):
-    # The built-in reducers are activation's: the registry's functions (mpcompat.reducers)
-    # load when they are used. The standard library's targets get their first-use stubs from
-    # activation: the patch layer loads with the first call of one (here a Pool), which applies
-    # the patches of every multiprocessing target imported.
-    code = ("import copyreg\n" + MODULES + "\nimport pickle\n"
+def test_pickle_registers_the_reducers_and_a_first_use_loads_the_patch_layer(venv):
+    # re imports copyreg, and so do json, logging and argparse: that activates nothing. What
+    # pickles does (pickle here), and registers the built-in reducers, which are activation's:
+    # the registry's functions (mpcompat.reducers) load when they are used. The standard
+    # library's targets get their first-use stubs from activation: the patch layer loads with
+    # the first call of one (here a Pool), which applies the patches of every multiprocessing
+    # target imported.
+    code = ("import re, copyreg\n" + MODULES + "\nimport pickle\n" + MODULES + "\n"
             "print(list(pickle.loads(pickle.dumps({'a': 1}.keys()))))\n"
             "import multiprocessing.pool, concurrent.futures.process\n" + MODULES + "\n"
             "print([multiprocessing.pool.Pool.__init__.mpcompat_first_use])\n"
             "with multiprocessing.pool.Pool(1) as pool: print(pool.map(abs, [-1]))\n" + MODULES +
             "\nprint([hasattr(multiprocessing.pool.Pool.__init__, 'mpcompat_first_use')])\n"
             "import mpcompat\nprint([cls.__name__ for cls in mpcompat.registered()])\n" + MODULES)
-    before, views, after, stubbed, mapped, used, unstubbed, registered, registry = _modules(
-        venv, code)
+    with_re, before, views, after, stubbed, mapped, used, unstubbed, registered, registry = (
+        _modules(venv, code))
+    assert with_re == ["_mpcompat_bootstrap"]
     assert before == ["_mpcompat_bootstrap", "mpcompat", "mpcompat.activation",
                       "mpcompat.rebuild_views"]
     assert views == ["a"]
@@ -72,6 +75,12 @@ def test_copyreg_registers_the_reducers_and_a_first_use_loads_the_patch_layer(ve
     assert sorted(registered) == ["dict_items", "dict_keys", "dict_values", "module",
                                   "odict_items", "odict_keys", "odict_values"]
     assert set(registry) - set(used) == {"mpcompat.reducers"}
+
+
+def test_copy_registers_the_reducers(venv):
+    code = "import copy\nprint([type(copy.copy({'a': 1}.keys())).__name__])\n" + MODULES
+    copied, modules = _modules(venv, code)
+    assert copied == ["dict_keys"] and "mpcompat.activation" in modules
 
 
 def test_status_adopts_the_stubs_put_on_before_the_patch_layer_loaded(venv):
@@ -98,9 +107,12 @@ def test_status_adopts_the_stubs_put_on_before_the_patch_layer_loaded(venv):
 
 def test_stubs_put_on_early_are_adopted_by_a_first_use_in_another_thread(installed):
     """Threads import the standard library's targets while another calls a first use and
-    another status(), in 40 fresh processes: the first use applies every patch of the group,
-    no stub stays on, nothing is lost, no import fails for mpcompat (CPython's own import race
-    between multiprocessing's modules is left aside, as in test_startup_first_imports)."""
+    another imports mpcompat for status(), in 40 fresh processes: nothing hangs (the start-up
+    hook activates from inside importlib's global import lock: it lets it go while it imports
+    mpcompat, which the status thread is importing too), the first use applies every patch of
+    the group, no stub stays on, nothing is lost, no import fails for mpcompat (CPython's own
+    import race between multiprocessing's modules is left aside, as in
+    test_startup_first_imports)."""
     def run(number):
         proc = installed.script("early_first_use.py", timeout=120)
         out = json.loads(proc.stdout.strip() or "{}") if proc.returncode == 0 else {}
@@ -129,8 +141,8 @@ def test_the_resource_tracker_loads_nothing(venv):
                          ids=["3.8-3.13", "3.14+"])
 def test_the_forkserver_loads_nothing_until_a_module_it_preloads_imports_a_trigger(venv,
                                                                                     command):
-    # The command line the forkserver is started with (its imports are the triggers copyreg
-    # and four multiprocessing modules), then a trigger its preloaded main module imports.
+    # The command line the forkserver is started with (its imports are the triggers pickle,
+    # _pickle and four multiprocessing modules), then a trigger its preloaded main module imports.
     code = (command + "import _mpcompat_bootstrap as b\n" + MODULES + "\nprint([b.outcome])\n"
             "import multiprocessing.pool\n" + MODULES)
     modules, outcome, after = _modules(venv, code)

@@ -66,7 +66,7 @@ def test_dataloader_workers(installed, disabled):
 
 
 def test_processing_the_pth_again_does_nothing(installed):
-    code = ("import copyreg, site, sys, _mpcompat_bootstrap as boot; "  # copyreg: activates
+    code = ("import pickle, site, sys, _mpcompat_bootstrap as boot; "  # pickle: activates
             "first = sys.modules['mpcompat']; "
             "n = len(boot.calls); site.addsitedir(%r); "
             "print(len(boot.calls) - n, boot.outcome, sys.modules['mpcompat'] is first)"

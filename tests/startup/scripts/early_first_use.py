@@ -1,11 +1,11 @@
-"""Four threads at once in a fresh interpreter (the installed wheel): two import standard-library
-targets whose stubs activation puts on before the patch manager loads, one calls the first use
-of one of them as soon as it can, one asks for status() (which loads the manager, adopting the
-stubs). ``python early_first_use.py``. Prints one JSON line: the errors the threads raised,
-whether the first use ran (CPython's own import race between multiprocessing's modules may stop
-it, with MPCOMPAT_DISABLE=1 too), the first-use functions of imported targets still stubbed
-after it (none may be: it applied the whole group), and the patches of imported targets not
-applied."""
+"""Four threads at once in a fresh interpreter (the installed wheel), none activated before
+them: two import standard-library targets whose stubs activation puts on before the patch
+manager loads, one calls the first use of one of them as soon as it can, one imports mpcompat
+and asks for status() (which loads the manager, adopting the stubs). ``python
+early_first_use.py``. Prints one JSON line: the errors the threads raised, whether the first use
+ran (CPython's own import race between multiprocessing's modules may stop it, with
+MPCOMPAT_DISABLE=1 too), the first-use functions of imported targets still stubbed after it
+(none may be: it applied the whole group), and the patches of imported targets not applied."""
 import json
 import sys
 import threading
@@ -38,6 +38,7 @@ def status():
 
 steps = [lambda: __import__("multiprocessing.pool"), first_use,
          lambda: __import__("concurrent.futures.process"), status]
+assert "mpcompat" not in sys.modules  # the threads activate it
 threads = [threading.Thread(target=run, args=(step,)) for step in steps]
 for thread in threads:
     thread.start()
