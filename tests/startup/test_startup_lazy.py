@@ -7,6 +7,7 @@ loads); multiprocessing's resource tracker loads nothing, its forkserver nothing
 import ast
 import json
 import os
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -27,8 +28,8 @@ def venv(request, make_venv, wheel_for):
     return make_venv(request.param, wheel=wheel_for(request.param))
 
 
-def _modules(venv, code, **env):
-    proc = venv.run(["python", "-c", code], **env)
+def _modules(venv, code, timeout=150, **env):
+    proc = venv.run(["python", "-c", code], timeout=timeout, **env)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     return [ast.literal_eval(line) for line in proc.stdout.splitlines()]
 
@@ -149,3 +150,26 @@ def test_the_forkserver_loads_nothing_until_a_module_it_preloads_imports_a_trigg
     assert modules == ["_mpcompat_bootstrap"]
     assert outcome == ["waiting for the first import of a trigger"]
     assert "mpcompat.activation" in after and "mpcompat.rebuild_views" in after
+
+
+def test_a_thread_importing_mpcompat_while_another_activates_it_never_hangs(venv):
+    """One thread's first import of what pickles activates mpcompat from the start-up hook's
+    find_spec, which importlib calls holding its global import lock, while another thread
+    imports mpcompat itself, in 40 fresh processes, each bounded: none may hang (the hook lets
+    the lock go while it imports mpcompat; held, 23 of 40 hung on 3.11)."""
+    code = ("import sys, threading\nsys.setswitchinterval(1e-6)\n"
+            "assert 'mpcompat' not in sys.modules and 'pickle' not in sys.modules\n"
+            "barrier = threading.Barrier(2)\n"
+            "def run(name):\n    barrier.wait()\n    __import__(name)\n"
+            "threads = [threading.Thread(target=run, args=(n,)) for n in ('pickle', 'mpcompat')]\n"
+            "[t.start() for t in threads]\n[t.join() for t in threads]\n"
+            "import mpcompat\nprint([mpcompat.is_active()])\n")
+
+    def run(number):
+        try:
+            return _modules(venv, code, timeout=30) == [[True]] or "run %d: inactive" % number
+        except subprocess.TimeoutExpired:
+            return "run %d hung for 30 s" % number
+    with ThreadPoolExecutor(2) as pool:  # two at a time: this machine's two cores
+        bad = [result for result in pool.map(run, range(40)) if result is not True]
+    assert bad == [], bad
