@@ -227,11 +227,9 @@ def _arm(patching):
         _start(_state["how"], {t for spec in rows if not spec.env_off() for t in spec.targets})
         args = (rows, frozenset(spec.name for spec in rows), None)
     armed = patching.arm(*args)
-    while _early_modules:  # the manager takes over the stubs put on before it loaded
-        stubs, modules = list(_early_stubs.values()), list(_early_modules.values())
-        _early_stubs.clear()
-        _early_modules.clear()
-        patching.adopt(stubs, modules)
+    if _early:  # the manager takes over the stubs put on before it loaded
+        patching.adopt(dict(_early))
+        _early.clear()
     # Last: ensure_armed() reads it without the lock, and a thread that sees None goes on to
     # apply, which needs every patch armed and every stub adopted.
     _config["arm"] = None
@@ -301,11 +299,11 @@ def deactivate():
         _config.update(watched=frozenset(), arm=None)
         patching = sys.modules.get("mpcompat.patching")
         undo = patching.disarm_all() if patching is not None else []
-        for owner, name, original, stub, _ in _early_stubs.values():
-            if owner.__dict__.get(name) is stub:  # what somebody set after us stays theirs
-                setattr(owner, name, original)
-        _early_stubs.clear()
-        _early_modules.clear()
+        for _, stubs in _early.values():
+            for owner, name, original, stub in stubs:
+                if owner.__dict__.get(name) is stub:  # what somebody set after us stays theirs
+                    setattr(owner, name, original)
+        _early.clear()
         if _registered:
             import copyreg
             for cls, reducer in list(_registered.items()):
@@ -364,8 +362,7 @@ EARLY_FIRST_USES = {
     "concurrent.futures.process": ("ProcessPoolExecutor.__init__", "_process_worker"),
 }
 EARLY_OFF_ENV = "MPCOMPAT_HANG_DUMP"  # set, a patch of two of them applies as they are imported
-_early_stubs = {}  # (id(owner), name) -> [owner, name, original, stub, target]: put on here
-_early_modules = {}  # target name -> the module those stubs are on
+_early = {}  # target name -> (module, [(owner, name, original, stub), ...]): put on here
 _FUNCTION = type(process_lock)
 
 
@@ -377,25 +374,36 @@ def _stub_early(module):
     if entries is None or _config["arm"] != "all" or os.environ.get(EARLY_OFF_ENV, "").strip() \
             or "--multiprocessing-fork" in sys.argv or child_starting():
         return False
-    spots = []
-    for path in entries:
-        owner_path, _, name = path.rpartition(".")
-        owner = getattr(module, owner_path, None) if owner_path else module
-        value = getattr(owner, "__dict__", {}).get(name)
-        if not isinstance(getattr(value, "__func__", value), _FUNCTION):
-            return False  # not a function here: the manager decides what to do
-        spots.append((owner, name))
+    spots = first_use_spots(module, entries)
+    if len(spots) < len(entries):
+        return False  # one is not a function here: the manager decides what to do
     with process_lock(_locks):
         if _config["arm"] != "all":  # armed meanwhile, by another thread
             return False
-        for owner, name in spots:
+        stubs = _early.get(module.__name__, (None, []))[1]
+        _early[module.__name__] = (module, stubs)  # (a module executed again: the new one)
+        for owner, name, _ in spots:
             original = owner.__dict__[name]
             if not getattr(original, "mpcompat_first_use", False):
                 stub = first_use_stub(owner, name, module.__name__)
                 setattr(owner, name, stub)
-                _early_stubs[(id(owner), name)] = [owner, name, original, stub, module.__name__]
-        _early_modules[module.__name__] = module
+                stubs.append((owner, name, original, stub))
     return True
+
+
+def first_use_spots(module, entries):
+    """``(owner, name, path)`` for each of ``entries`` (attribute paths of ``module``,
+    "Pool.__init__") that is a function or classmethod there: what a stub can stand in for."""
+    spots = []
+    for path in entries:
+        owner_path, _, name = path.rpartition(".")
+        owner = module
+        for part in owner_path.split(".") if owner_path else ():
+            owner = getattr(owner, part, None)
+        value = getattr(owner, "__dict__", {}).get(name)
+        if isinstance(getattr(value, "__func__", value), _FUNCTION):
+            spots.append((owner, name, path))
+    return spots
 
 
 def first_use_stub(owner, name, module_name):

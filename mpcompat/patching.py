@@ -32,7 +32,7 @@ from _thread import RLock, start_new_thread
 from itertools import takewhile
 
 # (activation imports this module when it first needs it: activation is complete by then)
-from mpcompat.activation import child_starting, first_use_stub
+from mpcompat.activation import child_starting, first_use_spots, first_use_stub
 
 
 def process_lock(locks):
@@ -732,17 +732,17 @@ def on_module(module):
             _apply(st, module)
 
 
-def adopt(stubs, modules):
-    """Take over the first-use stubs activation put on before this module loaded (``[owner,
-    name, original, stub, target]`` each), on ``modules``: the armed patches of those targets
-    wait for a first use, as on_module() leaves them. Bookkeeping only, nothing imported: the
-    caller holds activation's lock."""
-    for owner, name, original, stub, target in stubs:
-        _stubs.adopt(owner, name, original, stub, target)
+def adopt(early):
+    """Take over the first-use stubs activation put on before this module loaded (``{target:
+    (module, [(owner, name, original, stub), ...])}``): the armed patches of those targets wait
+    for a first use, as on_module() leaves them. Bookkeeping only, nothing imported: the caller
+    holds activation's lock."""
     with process_lock(_locks):
-        for module in modules:
-            _pending.setdefault(module.__name__, [])  # _apply() defers: the stubs are on
-    for module in modules:
+        for target, (_, stubs) in early.items():
+            _pending.setdefault(target, [])  # _apply() defers: the stubs are on
+            for owner, name, original, stub in stubs:
+                _stubs.adopt(owner, name, original, stub, target)
+    for module, _ in early.values():
         on_module(module)
 
 
@@ -846,20 +846,11 @@ def _defer(st, module, entries):
     """Put a stub on each of ``entries`` of ``module`` (its first-use attributes, "Pool.__init__"),
     whose first call applies the deferred patches; return what status() adds (nothing where no
     entry is a function or classmethod: then the patch applies now)."""
-    from types import FunctionType
-    spots = []
-    for path in entries:
-        owner_path, _, name = path.rpartition(".")
-        owner = module
-        for part in owner_path.split(".") if owner_path else ():
-            owner = getattr(owner, part, None)
-        value = getattr(owner, "__dict__", {}).get(name)
-        if isinstance(getattr(value, "__func__", value), FunctionType):
-            spots.append((owner, name, path))
+    spots = first_use_spots(module, entries)
     with process_lock(_locks):
         # Behind another patch's stubs, a patch waits too: one applied now would wrap a stub.
         # (a first use in another thread since _apply() looked: the patch applies now)
-        later = bool(spots) and not _used or module.__name__ in _pending
+        later = (bool(spots) and not _used) or module.__name__ in _pending
         if later:
             _pending.setdefault(module.__name__, [])
             if st not in _pending[module.__name__]:
