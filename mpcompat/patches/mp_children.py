@@ -92,6 +92,10 @@ CRASH_KEY = "mpcompat_crash_file"  # in a child's process object's _config: its 
 CRASH_ENV = "MPCOMPAT_CRASH_FILES"  # the same, in the environment a torchrun agent gives its ranks
 OUTLIVE_ENV = "MPCOMPAT_OUTLIVE_PARENT"  # set as start() runs: that child outlives its parent
 OUTLIVE_KEY = "mpcompat_outlive_parent"  # in a child's _config: the same, as start() saw it
+# OUTLIVE_ENV as os.environ keeps it: start() reads os.environ's own dict, where `in os.environ`
+# runs three Python frames and a KeyError, whose pages each start writes (copy-on-write faults:
+# about 16 a start, by ru_minflt).
+_OUTLIVE_RAW = getattr(os.environ, "encodekey", str)(OUTLIVE_ENV)
 AGENT_ENV = "MPCOMPAT_AGENT_PID"  # in a torchrun rank's environment: its agent's pid
 # fcntl's F_SETOWN_EX with F_OWNER_TID (struct f_owner_ex's type, 0), and O_ASYNC: Linux's.
 _F_SETOWN_EX, _OWNER_TID, _O_ASYNC = 15, bytes(4), 0o20000
@@ -147,8 +151,10 @@ def _drop_own_frames(exc):
 def _start(original):
     @functools.wraps(original)
     def start(self):
-        if OUTLIVE_ENV in os.environ:
-            self._config[OUTLIVE_KEY] = os.environ[OUTLIVE_ENV] not in ("", "0")
+        data = getattr(os.environ, "_data", None)
+        value = os.environ.get(OUTLIVE_ENV) if data is None else data.get(_OUTLIVE_RAW)
+        if value is not None:
+            self._config[OUTLIVE_KEY] = value not in ("", "0", b"", b"0")
         channel = parent.channel if parent.pid == os.getpid() else _channel()
         try:
             if channel is None:
