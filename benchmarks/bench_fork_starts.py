@@ -28,7 +28,7 @@ if HERE not in sys.path:
 
 from _common import Table, median, print_tables, verdict  # noqa: E402
 
-ROOT = [os.path.dirname(HERE)]  # the checkout whose mpcompat is measured (--root)
+ROOT = os.path.dirname(HERE)  # the checkout whose mpcompat is measured, unless --root
 TARGET_MS = 2.0
 LATER = 5
 _CHILD = r"""
@@ -70,12 +70,12 @@ print(json.dumps({"active": mpcompat.is_active(), "times": times}))
 """ % LATER
 
 
-def _child(job, disabled):
+def _child(root, job, disabled):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MPCOMPAT_")}
-    env["PYTHONPATH"] = ROOT[0]
+    env["PYTHONPATH"] = root
     if disabled:
         env["MPCOMPAT_DISABLE"] = "1"
-    proc = subprocess.run([sys.executable, "-c", _CHILD, job], env=env, cwd=ROOT[0],
+    proc = subprocess.run([sys.executable, "-c", _CHILD, job], env=env, cwd=root,
                           stdout=subprocess.PIPE, universal_newlines=True, check=True)
     out = json.loads(proc.stdout.splitlines()[-1])
     if out["active"] == disabled:
@@ -83,12 +83,12 @@ def _child(job, disabled):
     return out["times"]
 
 
-def run(quick=False):
-    """Return the table."""
+def run(quick=False, root=ROOT):
+    """Return the table, for the mpcompat of checkout ``root``."""
     rounds = 5 if quick else 15
     # .pyc files first: a first start would compile the patches it loads where none is written
     # (PYTHONDONTWRITEBYTECODE), and time that
-    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(ROOT[0], "mpcompat")],
+    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(root, "mpcompat")],
                    check=True)
     modes = ["with", "without", "control"]
     first = {mode: [] for mode in modes}
@@ -97,10 +97,10 @@ def run(quick=False):
     for round_no in range(rounds):
         shift = round_no % len(modes)
         for mode in modes[shift:] + modes[:shift]:
-            times = _child("loader", disabled=mode != "with")
+            times = _child(root, "loader", disabled=mode != "with")
             first[mode].append(times[0])
             later[mode].append([median(column) for column in zip(*times[1:])])
-            times = _child("processes", disabled=mode != "with")
+            times = _child(root, "processes", disabled=mode != "with")
             starts[mode].append([median(column) for column in zip(*times[1:])])
     table = Table("Fork workers started with vs without mpcompat: the parent's cost",
                   ["what is timed", "wall: without / with / control", "with - slower without",
@@ -120,7 +120,7 @@ def run(quick=False):
                   verdict(added <= target) if target else "")
     table.notes.append("medians over %d rounds of three fresh interpreters per job (rotated "
                        "order); mpcompat of %s; Python %s, torch %s, %d CPUs" % (
-                           rounds, ROOT[0], sys.version.split()[0], _torch_version(),
+                           rounds, root, sys.version.split()[0], _torch_version(),
                            os.cpu_count() or 0))
     return [table]
 
@@ -135,10 +135,9 @@ def main(argv=None):
     import argparse
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="5 rounds, not 15")
-    parser.add_argument("--root", default=ROOT[0], help="the checkout to measure")
+    parser.add_argument("--root", default=ROOT, help="the checkout to measure")
     args = parser.parse_args(argv)
-    ROOT[0] = os.path.abspath(args.root)
-    return print_tables(run(quick=args.quick))
+    return print_tables(run(quick=args.quick, root=os.path.abspath(args.root)))
 
 
 if __name__ == "__main__":

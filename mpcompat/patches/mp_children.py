@@ -92,9 +92,9 @@ CRASH_KEY = "mpcompat_crash_file"  # in a child's process object's _config: its 
 CRASH_ENV = "MPCOMPAT_CRASH_FILES"  # the same, in the environment a torchrun agent gives its ranks
 OUTLIVE_ENV = "MPCOMPAT_OUTLIVE_PARENT"  # set as start() runs: that child outlives its parent
 OUTLIVE_KEY = "mpcompat_outlive_parent"  # in a child's _config: the same, as start() saw it
-# OUTLIVE_ENV as os.environ keeps it: start() reads os.environ's own dict, where `in os.environ`
-# runs three Python frames and a KeyError, whose pages each start writes (copy-on-write faults:
-# about 16 a start, by ru_minflt).
+# OUTLIVE_ENV as os.environ keeps it (its values are bytes on POSIX): start() reads os.environ's
+# own dict, where `in os.environ` runs three Python frames and a KeyError, whose pages each start
+# writes (copy-on-write faults: about 12 a start, bench_fork_starts).
 _OUTLIVE_RAW = getattr(os.environ, "encodekey", str)(OUTLIVE_ENV)
 AGENT_ENV = "MPCOMPAT_AGENT_PID"  # in a torchrun rank's environment: its agent's pid
 # fcntl's F_SETOWN_EX with F_OWNER_TID (struct f_owner_ex's type, 0), and O_ASYNC: Linux's.
