@@ -4,11 +4,14 @@ In the worker, ``_worker_loop`` (pickled by reference: a plain function) gives t
 an ``_on_queue_feeder_error`` that sends a batch's pickling error instead of dropping it
 (pytorch#142884). In the main process, the "exited unexpectedly" error of
 ``_MultiProcessingDataLoaderIter._try_get_data`` gains how each dead worker ended (its pid, its
-exit code or signal) and the error it recorded; its ``__init__`` (``iter()``) starts the workers
-with one reading of the OOM kill counters for all (``memory_evidence.batch``), then keeps a
-sampler of their private memory (``mpcompat.workers.dataset_memory``), which
-``_try_get_data`` runs every few seconds (a ``time.monotonic()`` per batch otherwise): a dataset
-that grows in every worker is named once.
+exit code or signal) and the error it recorded; so does the "is killed by signal" error of
+torch's SIGCHLD handler (``signal_handling._error_if_any_worker_fails``, which the handler looks
+up at each call) where it raises outside ``_try_get_data``: the handler runs wherever the main
+thread is (the loop's body, ``_process_data``). Its ``__init__`` (``iter()``) starts the workers
+with one reading of the OOM kill counters for all (``memory_evidence.batch``), marks them as
+its workers, then keeps a sampler of their private memory (``mpcompat.workers.dataset_memory``),
+which ``_try_get_data`` runs every few seconds (a ``time.monotonic()`` per batch otherwise): a
+dataset that grows in every worker is named once.
 
 What explains a failure (the explainer, the notes, how a worker ended) is loaded when one is
 seen: in the worker's thread that hit it (its main thread, or the queue's feeder thread, which
@@ -25,13 +28,16 @@ from mpcompat.patching import Patcher, Skip
 
 WORKER = "torch.utils.data._utils.worker"
 LOADER = "torch.utils.data.dataloader"
+SIGNALS = "torch.utils.data._utils.signal_handling"  # imported with LOADER
 _NOTED = "_mpcompat_workers_noted"
+# In a worker's Process.__dict__ (iter()): its DataLoader's worker count and prefetch factor.
+_LOADER_OF = "_mpcompat_dataloader"
 patcher = Patcher()
 
 
 def apply(module):
     """Replace ``_worker_loop`` (worker module), or wrap ``_MultiProcessingDataLoaderIter``'s
-    ``__init__`` and ``_try_get_data`` (dataloader module)."""
+    ``__init__`` and ``_try_get_data`` and the SIGCHLD handler's check (dataloader module)."""
     if module.__name__ == WORKER:
         if not callable(module.__dict__.get("_worker_loop")):
             raise Skip("%s has no _worker_loop()" % WORKER)
@@ -45,6 +51,10 @@ def apply(module):
                        % LOADER)
         for name, wrap in (("__init__", _starting_workers), ("_try_get_data", _try_get_data)):
             patcher.replace(cls, name, wrap(patcher.original(cls, name)))
+        signals = sys.modules.get(SIGNALS)
+        if callable(getattr(signals, "_error_if_any_worker_fails", None)):
+            patcher.replace(signals, "_error_if_any_worker_fails", _naming_in_handler(
+                patcher.original(signals, "_error_if_any_worker_fails")), target=LOADER)
 
 
 def revert(module):
@@ -172,6 +182,10 @@ def _starting_workers(original):
         with memory_evidence.batch():
             original(self, *args, **kwargs)
         try:
+            loader = {"workers": getattr(self, "_num_workers", None),
+                      "prefetch_factor": getattr(self, "_prefetch_factor", None)}
+            for worker in self._workers:
+                worker.__dict__[_LOADER_OF] = loader
             from mpcompat.workers import dataset_memory
             dataset_memory.start(self)
         except Exception:  # never keep a DataLoader from iterating
@@ -193,7 +207,7 @@ def _try_get_data(original):
                 _sample(sampler)
             result = original(self, *args, **kwargs)
         except RuntimeError as exc:
-            _name_dead_workers(exc, self)
+            _name_dead_workers(exc, getattr(self, "_workers", ()))
             from mpcompat.workers.user_frames import drop_own_frames  # the user's thread
             drop_own_frames(exc)  # torch's error: no frame of this wrapper in its traceback
             raise
@@ -215,11 +229,11 @@ def _sample(sampler):
             raise
 
 
-def _name_dead_workers(exc, instance):
-    """The "exited unexpectedly" error ``exc`` of DataLoader iterator ``instance``: add how
-    each dead worker ended and what it recorded, once."""
+def _name_dead_workers(exc, workers):
+    """The error ``exc`` that a worker's death raised in the main process: add how each dead
+    DataLoader worker of ``workers`` (its Processes) ended and what it recorded, once."""
     try:
-        dead = [w for w in list(getattr(instance, "_workers", ())) if w.exitcode]
+        dead = [w for w in list(workers) if _LOADER_OF in w.__dict__ and w.exitcode]
         if dead and not exc.__dict__.get(_NOTED):
             from mpcompat.child_failures import channel, exits
             from mpcompat.diagnose.notes import PREFIX, add_note
@@ -228,15 +242,46 @@ def _name_dead_workers(exc, instance):
             for w in dead:
                 lines.append("DataLoader worker (pid %d) ended: %s." % (
                     w.pid, exits.describe_exit(w.exitcode, w.pid)))
-                lines += exits.dead_lines(w.exitcode, None, pid=w.pid, shm={
-                    "workers": getattr(instance, "_num_workers", None),
-                    "prefetch_factor": getattr(instance, "_prefetch_factor", None)})
+                lines += exits.dead_lines(w.exitcode, None, pid=w.pid, shm=w.__dict__[_LOADER_OF])
             add_note(exc, PREFIX + "\n".join(lines))
             note = channel.note_for([w.pid for w in dead], "DataLoader worker")
             if note:
                 add_note(exc, note)
+            return True
     except Exception:
         pass
+    return False
+
+
+def _naming_in_handler(original):
+    """torch's ``_error_if_any_worker_fails`` (C), whose error names the dead workers itself,
+    unless it interrupted torch's ``_try_get_data`` called by ours: that error leaves through
+    our wrapper (torch turns it into "exited unexpectedly"), which names them."""
+    @functools.wraps(original)
+    def _error_if_any_worker_fails():
+        try:
+            original()
+        except RuntimeError as exc:
+            frame, in_torchs = sys._getframe(1), False
+            while frame is not None:
+                if frame.f_code.co_name == "_try_get_data":
+                    if frame.f_globals is _GLOBALS and in_torchs:
+                        break
+                    in_torchs = in_torchs or frame.f_globals.get("__name__") == LOADER
+                frame = frame.f_back
+            named = frame is None and _name_dead_workers(
+                exc, sys.modules["multiprocessing.process"]._children)
+            from mpcompat.workers.user_frames import drop_own_frames, explained
+            if named:
+                explained(exc)  # its cause told: the traceback loses this frame before 3.11 too
+            drop_own_frames(exc)
+            if sys.version_info >= (3, 11):
+                exc.__traceback__ = None  # only this frame, whose call of torch's C raised
+            raise
+    return _error_if_any_worker_fails
+
+
+_GLOBALS = globals()
 
 
 def _add_shm_lines(wrapper, loader_iter):

@@ -18,7 +18,8 @@ import sys
 import textwrap
 
 import torch.utils.data.dataloader as dataloader
-from torch.utils.data._utils import worker
+from torch._C import _error_if_any_worker_fails as original_check
+from torch.utils.data._utils import signal_handling, worker
 
 import mpcompat
 from mpcompat import patching
@@ -206,9 +207,12 @@ def test_applied_worker_loop_pickles_by_reference_with_the_original_signature():
 def test_revert_restores_the_originals(restore_mpcompat):
     original_loop, original_method = originals()
     cls = dataloader._MultiProcessingDataLoaderIter
+    check = signal_handling._error_if_any_worker_fails
+    assert type(check) is not type(original_check) and check.__wrapped__ is original_check
     mpcompat.deactivate()
     assert worker._worker_loop is original_loop
     assert cls.__dict__["_try_get_data"] is original_method
+    assert signal_handling._error_if_any_worker_fails is original_check  # torch's, in C
     mpcompat.activate(disabled_patches=[PATCH])
     assert worker._worker_loop is original_loop
     mpcompat.activate()
@@ -216,6 +220,7 @@ def test_revert_restores_the_originals(restore_mpcompat):
     assert getattr(worker._worker_loop, MARK, False)
     assert worker._worker_loop.__wrapped__ is original_loop
     assert cls.__dict__["_try_get_data"].__wrapped__ is original_method
+    assert signal_handling._error_if_any_worker_fails.__wrapped__ is original_check
     # Someone else's replacement is left alone by revert.
     mine = cls.__dict__["_try_get_data"]
 
