@@ -247,10 +247,8 @@ def _name_dead_workers(exc, workers):
             note = channel.note_for([w.pid for w in dead], "DataLoader worker")
             if note:
                 add_note(exc, note)
-            return True
     except Exception:
         pass
-    return False
 
 
 def _naming_in_handler(original):
@@ -269,14 +267,13 @@ def _naming_in_handler(original):
                         break
                     in_torchs = in_torchs or frame.f_globals.get("__name__") == LOADER
                 frame = frame.f_back
-            named = frame is None and _name_dead_workers(
-                exc, sys.modules["multiprocessing.process"]._children)
+            if frame is None:
+                _name_dead_workers(exc, sys.modules["multiprocessing.process"]._children)
             from mpcompat.workers.user_frames import drop_own_frames, explained
-            if named:
-                explained(exc)  # its cause told: the traceback loses this frame before 3.11 too
+            # Its cause told (torch's message names the worker and its signal): its traceback
+            # loses this frame, its innermost, which only called torch's C function.
+            explained(exc)
             drop_own_frames(exc)
-            if sys.version_info >= (3, 11):
-                exc.__traceback__ = None  # only this frame, whose call of torch's C raised
             raise
     return _error_if_any_worker_fails
 
