@@ -229,11 +229,14 @@ def _sample(sampler):
             raise
 
 
-def _name_dead_workers(exc, workers):
+def _name_dead_workers(exc, workers, named_only=False):
     """The error ``exc`` that a worker's death raised in the main process: add how each dead
-    DataLoader worker of ``workers`` (its Processes) ended and what it recorded, once."""
+    DataLoader worker of ``workers`` (its Processes; with ``named_only``, those whose pid
+    ``exc`` names) ended and what it recorded, once."""
     try:
-        dead = [w for w in list(workers) if _LOADER_OF in w.__dict__ and w.exitcode]
+        message = str(exc) if named_only else ""
+        dead = [w for w in list(workers) if _LOADER_OF in w.__dict__ and (
+            "(pid %d)" % w.pid in message or not named_only) and w.exitcode]
         if dead and not exc.__dict__.get(_NOTED):
             from mpcompat.child_failures import channel, exits
             from mpcompat.diagnose.notes import PREFIX, add_note
@@ -268,7 +271,7 @@ def _naming_in_handler(original):
                     in_torchs = in_torchs or frame.f_globals.get("__name__") == LOADER
                 frame = frame.f_back
             if frame is None:
-                _name_dead_workers(exc, sys.modules["multiprocessing.process"]._children)
+                _name_dead_workers(exc, sys.modules["multiprocessing.process"]._children, True)
             from mpcompat.workers.user_frames import drop_own_frames, explained
             # Its cause told (torch's message names the worker and its signal): its traceback
             # loses this frame, its innermost, which only called torch's C function.
