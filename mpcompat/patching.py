@@ -382,8 +382,8 @@ PATCHES = (
               distributions=TORCH, supported=TORCH_TESTED, impl=IMPL + "torch_dataloader_workers",
               first_use={"torch.utils.data.dataloader": (LOADER_ITER_INIT,),
                          "torch.utils.data._utils.worker": ("_worker_loop",)},
-              summary="DataLoader workers: an unpicklable batch, or a worker that dies starting "
-                      "up, raises in the parent with its cause"),
+              summary="DataLoader workers: an unpicklable batch raises in the parent, and a "
+                      "worker that dies is named there with its cause"),
     PatchSpec("torch.spawn_errors", targets=("torch.multiprocessing.spawn",), distributions=TORCH,
               supported=TORCH_TESTED, impl=IMPL + "torch_spawn_errors",
               first_use={"torch.multiprocessing.spawn": ("start_processes",)},

@@ -255,20 +255,17 @@ def _name_dead_workers(exc, workers, named_only=False):
 
 
 def _naming_in_handler(original):
-    """torch's ``_error_if_any_worker_fails`` (C), whose error names the dead workers itself,
-    unless it interrupted torch's ``_try_get_data`` called by ours: that error leaves through
-    our wrapper (torch turns it into "exited unexpectedly"), which names them."""
+    """torch's ``_error_if_any_worker_fails`` (C), whose error names the worker it names,
+    unless it interrupted torch's ``_try_get_data``: that error leaves through our wrapper of
+    it (torch turns it into "exited unexpectedly"), which names the dead workers."""
     @functools.wraps(original)
     def _error_if_any_worker_fails():
         try:
             original()
         except RuntimeError as exc:
-            frame, in_torchs = sys._getframe(1), False
-            while frame is not None:
-                if frame.f_code.co_name == "_try_get_data":
-                    if frame.f_globals is _GLOBALS and in_torchs:
-                        break
-                    in_torchs = in_torchs or frame.f_globals.get("__name__") == LOADER
+            frame = sys._getframe(1)
+            while frame is not None and not (frame.f_code.co_name == "_try_get_data" and
+                                             frame.f_globals.get("__name__") == LOADER):
                 frame = frame.f_back
             if frame is None:
                 _name_dead_workers(exc, sys.modules["multiprocessing.process"]._children, True)
@@ -279,9 +276,6 @@ def _naming_in_handler(original):
             drop_own_frames(exc)
             raise
     return _error_if_any_worker_fails
-
-
-_GLOBALS = globals()
 
 
 def _add_shm_lines(wrapper, loader_iter):
