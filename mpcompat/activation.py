@@ -144,7 +144,10 @@ def _call_back(module):
 
 
 _state = {"active": False, "how": "not activated yet", "conflicts": []}
-_config = {"watched": frozenset(), "arm": None}  # arm: patching.arm()'s arguments, till called
+# arm: patching.arm()'s arguments, till called; fired: a first use applied the standard
+# library's patches without the patch manager (mpcompat.patcher.apply_standard)
+_config = {"watched": frozenset(), "arm": None, "fired": False}
+_standard = []  # what apply_standard applied: (name, module, exception, loaded), till adopted
 _registered = {}  # the built-in reducers activation registered: {type: reducer}
 
 
@@ -226,6 +229,10 @@ def _arm(patching):
         rows = patching.PATCHES
         _start(_state["how"], {t for spec in rows if not spec.env_off() for t in spec.targets})
         args = (rows, frozenset(spec.name for spec in rows), None)
+    if _standard:  # applied with every patch on: adopted so, before any is disarmed
+        patching.arm(patching.PATCHES, frozenset(spec.name for spec in patching.PATCHES), None)
+        patching.adopt_applied(_standard)
+        del _standard[:]
     armed = patching.arm(*args)
     if _early:  # the manager takes over the stubs put on before it loaded
         patching.adopt(dict(_early))
@@ -270,12 +277,20 @@ def _register_builtins():
 
 
 def _on_target(module):
-    """The one callback for every patch target: hand the module to the patch manager (or,
-    before it has loaded, put on the module's first-use stubs: :data:`EARLY_FIRST_USES`)."""
+    """The one callback for every patch target: hand the module to the patch manager, or,
+    before it has loaded, put on the module's first-use stubs (:data:`EARLY_FIRST_USES`) or
+    apply its standard-library patches without it (:func:`_standard_now`)."""
     if _state["active"]:
         try:
-            if not _stub_early(module):
+            if _stub_early(module):
+                return
+            with process_lock(_locks):
+                standard = _standard_now(module)
+                declined = standard and _apply_standard([module])
+            if not standard:
                 ensure_armed().on_module(module)
+            elif declined:
+                ensure_armed()  # the manager adopts what was applied, and says why one declined
         except Exception as exc:
             _warn_failure("%s is not patched" % module.__name__, exc)
 
@@ -289,6 +304,8 @@ def _warn_failure(what, exc):
 
 def deactivate():
     """Undo :func:`activate`: revert every patch and remove the built-in reducers."""
+    if _standard:
+        ensure_armed()  # the patch manager takes over what was applied without it, to revert it
     with process_lock(_locks):
         for target in _config["watched"]:
             unwatch(target, _on_target)
@@ -296,7 +313,7 @@ def deactivate():
         if not _callbacks:  # a new list: an import iterating the old one in a thread goes on
             sys.meta_path = [finder for finder in sys.meta_path if finder is not hook]
         _state.update(active=False, how="deactivated by mpcompat.deactivate()", conflicts=[])
-        _config.update(watched=frozenset(), arm=None)
+        _config.update(watched=frozenset(), arm=None, fired=False)
         patching = sys.modules.get("mpcompat.patching")
         undo = patching.disarm_all() if patching is not None else []
         for _, stubs in _early.values():
@@ -370,15 +387,16 @@ def _stub_early(module):
     """Put the first-use stubs of ``module`` on it, where it is one of EARLY_FIRST_USES and the
     patch manager is not armed yet; return whether it did (else the manager takes it)."""
     entries = EARLY_FIRST_USES.get(module.__name__)
-    # (a spawn child: its start is a first use, the manager loads anyway)
-    if entries is None or _config["arm"] != "all" or os.environ.get(EARLY_OFF_ENV, "").strip() \
+    # (a spawn child: its start is a first use; they apply as they are imported: _standard_now)
+    if entries is None or _config["arm"] != "all" or _config["fired"] \
+            or os.environ.get(EARLY_OFF_ENV, "").strip() \
             or "--multiprocessing-fork" in sys.argv or child_starting():
         return False
     spots = first_use_spots(module, entries)
     if len(spots) < len(entries):
         return False  # one is not a function here: the manager decides what to do
     with process_lock(_locks):
-        if _config["arm"] != "all":  # armed meanwhile, by another thread
+        if _config["arm"] != "all" or _config["fired"]:  # meanwhile, in another thread
             return False
         stubs = _early.get(module.__name__, (None, []))[1]
         _early[module.__name__] = (module, stubs)  # (a module executed again: the new one)
@@ -421,7 +439,7 @@ def first_use_stub(owner, name, module_name):
         try:
             if fired:  # reached again through a wrapper somebody made around the stub
                 return function(*args, **kwargs)
-            ensure_armed().apply_deferred(module_name)
+            _first_use(module_name)
             fired.append(True)
             current = owner.__dict__.get(name)
             if current is stub:  # still ours (the patch declined): the original
@@ -438,6 +456,43 @@ def first_use_stub(owner, name, module_name):
     first_use.__wrapped__, first_use.mpcompat_first_use = function, True
     stub = first_use if function is original else classmethod(first_use)
     return stub
+
+
+def _first_use(module_name):
+    """The first call of a stub on ``module_name``: apply the deferred patches of its group.
+    Activation's own stubs (the patch manager not loaded, every patch on) are all on the
+    standard library's worker targets, one group: their patches apply without the manager,
+    under activation's lock (a thread calling another stub meanwhile waits for them)."""
+    with process_lock(_locks):
+        early = None
+        if _config["arm"] == "all" and (_early or _config["fired"]):
+            _config["fired"], early = True, list(_early.values())
+            _early.clear()
+            for _, stubs in early:
+                for owner, name, original, stub in stubs:
+                    if owner.__dict__.get(name) is stub:  # what somebody set after us stays
+                        setattr(owner, name, original)
+            declined = _apply_standard([module for module, _ in early])
+    if early is None:
+        ensure_armed().apply_deferred(module_name)
+    elif declined:
+        ensure_armed()
+
+
+def _standard_now(module):
+    """Whether the standard library's patches of ``module`` apply as it is imported, without
+    the patch manager: it is not loaded, every patch is on, and this is a child starting (spawn,
+    forkserver) or a first use has come (the caller holds the lock)."""
+    return module.__name__ in EARLY_FIRST_USES and _config["arm"] == "all" and not \
+        os.environ.get(EARLY_OFF_ENV, "").strip() and (
+            _config["fired"] or "--multiprocessing-fork" in sys.argv or child_starting())
+
+
+def _apply_standard(modules):
+    """``mpcompat.patcher.apply_standard``: records kept for the manager (the caller holds the
+    lock); whether one declined."""
+    from mpcompat.patcher import apply_standard
+    return apply_standard(modules, _standard)
 
 
 def child_starting():

@@ -1,6 +1,7 @@
 """The patch layer: how a patch is declared, the table of every patch, and the machinery that
 applies them (one module: all of it loads when a process first needs it: a target not in
-``activation.EARLY_FIRST_USES``, the first call of a stub, ``status()``).
+``activation.EARLY_FIRST_USES``, a patch switched off, ``status()``, ``deactivate()``, a patch
+that declined).
 
 - ``PatchSpec`` declares a patch, a row of ``PATCHES``, the one table; a patch module (under
   ``mpcompat.patches``) provides ``apply(module)`` and ``revert(module)``, called once per
@@ -16,10 +17,10 @@ applies them (one module: all of it loads when a process first needs it: a targe
   first call of one of them (:func:`apply_deferred`). The standard library's targets get theirs
   from activation before this module loads (``activation.EARLY_FIRST_USES``): it loads at the
   first call of one, or as anything else needs it, and adopts them (:func:`adopt`).
-- ``Patcher`` is the one way a patch changes a library (gevent.monkey's saved originals):
-  replace an attribute or a registry's item, remember the original, put it back only where ours
-  is still in place. Threads may apply and revert one patch at once: each change is made under
-  the patcher's lock.
+- Where every patch is on, those stubs' first call (and a spawn or forkserver child's imports of
+  those targets) apply the standard library's patches without this module
+  (``mpcompat.patcher.apply_standard``); it adopts them as it loads (:func:`adopt_applied`).
+- ``Patcher``, ``Skip``, ``NotNeeded`` and ``ExceptHooks`` live in ``mpcompat.patcher``.
 - Versions are read cheaply and compared leniently: ``2.13.0+cpu``, ``1.9.0a0+git1234`` and
   ``1.4.0rc1`` count as their release numbers. Read as a patch is about to apply: the package's
   ``__version__``, else the ``<name>-<version>.dist-info`` (``.egg-info``) directory beside it,
@@ -28,18 +29,12 @@ applies them (one module: all of it loads when a process first needs it: a targe
 import os
 import sys
 from _operator import itemgetter
-from _thread import RLock, start_new_thread
+from _thread import start_new_thread
 from itertools import takewhile
 
 # (activation imports this module when it first needs it: activation is complete by then)
-from mpcompat.activation import child_starting, first_use_spots, first_use_stub
-
-
-def process_lock(locks):
-    """This process's lock in ``locks`` (pid -> RLock): activation's one line, here too since
-    activation imports this module (a forked child never waits for a lock its parent's thread
-    held)."""
-    return locks.get(os.getpid()) or locks.setdefault(os.getpid(), RLock())
+from mpcompat.activation import child_starting, first_use_spots, first_use_stub, process_lock
+from mpcompat.patcher import ExceptHooks, NotNeeded, Patcher, Skip  # noqa: F401  (re-exported)
 
 
 class PatchSpec(tuple):
@@ -89,15 +84,6 @@ class PatchSpec(tuple):
         if self.needs_env and not os.environ.get(self.needs_env, "").strip():
             return "%s is not set" % self.needs_env
         return ""
-
-
-class Skip(Exception):
-    """Raised by a patch that declines to apply (the message says why): "skipped", with one
-    warning per process tree."""
-
-
-class NotNeeded(Skip):
-    """Raised by a patch with nothing to do here: "not needed", silently."""
 
 
 # Versions
@@ -218,141 +204,6 @@ def _metadata_dirs(directory):
                 version = version[:-len(egg_tag)]
             found.setdefault(_normal(name), version)
     return found
-
-
-# The patcher
-
-_ABSENT = object()
-
-
-class Patcher(object):
-    """Records ``(owner, name) -> original`` for every replacement one patch makes."""
-
-    def __init__(self):
-        self._locks = {}
-        self._records = {}  # (id(owner), name, item) -> [owner, name, item, original, new, target]
-
-    def replace(self, owner, name, new, target=None):
-        """Set ``owner.name`` to ``new`` (as stored in ``owner.__dict__``: a ``classmethod``
-        stays one, or a data descriptor's: ``__class__``, ``__qualname__``) and remember the
-        first original; ``target``: the module it belongs to (default: the owner's)."""
-        if target is None:
-            target = owner.__name__ if type(owner).__name__ == "module" else getattr(
-                owner, "__module__", None)
-        return self._replace(owner, name, False, new, target)
-
-    def replace_item(self, mapping, key, value, target):
-        """:meth:`replace` for ``mapping[key]`` (``ForkingPickler._extra_reducers``)."""
-        return self._replace(mapping, key, True, value, target)
-
-    def adopt(self, owner, name, original, new, target):
-        """Record ``owner.name`` as replaced by ``new`` (in place already) from ``original``:
-        a replacement made before this patcher existed (activation's first-use stubs)."""
-        with process_lock(self._locks):
-            self._records[(id(owner), name, False)] = [owner, name, False, original, new, target]
-
-    def wrap(self, owner, name, wrapper, target=None):
-        """Replace ``owner.name`` with ``wrapt.FunctionWrapper(original, wrapper)`` (not for
-        functions that must pickle by reference)."""
-        import wrapt  # only here: patches of the standard library never import it
-        original = self.original(owner, name)
-        return self.replace(owner, name, wrapt.FunctionWrapper(original, wrapper), target)
-
-    def original(self, owner, name):
-        """What ``owner.name`` was before this patcher replaced it (what it is, otherwise)."""
-        with process_lock(self._locks):
-            value = self._original(owner, name, False)
-        if value is not _ABSENT:
-            return value
-        for base in getattr(owner, "__mro__", (owner,))[1:]:  # inherited: the raw descriptor
-            if name in base.__dict__:
-                return base.__dict__[name]
-        return getattr(owner, name)
-
-    def restore(self, module=None):
-        """Put back the originals replaced for ``module`` (all when None) where ours is still
-        in place: what somebody set after us stays theirs."""
-        name = getattr(module, "__name__", module)
-        with process_lock(self._locks):
-            for key, (owner, attr, item, original, new, target) in list(self._records.items()):
-                if name is None or target == name:
-                    del self._records[key]
-                    if _get(owner, attr, item) is new:
-                        _put(owner, attr, item, original)
-
-    def applied(self):
-        """The ``(owner, name)`` pairs that hold a replacement of ours right now."""
-        with process_lock(self._locks):
-            return [(owner, name) for owner, name, item, _, new, _ in self._records.values()
-                    if _get(owner, name, item) is new]
-
-    def _replace(self, owner, name, item, new, target):
-        with process_lock(self._locks):
-            original = self._original(owner, name, item)
-            _put(owner, name, item, new)
-            self._records[(id(owner), name, item)] = [owner, name, item, original, new, target]
-        return new
-
-    def _original(self, owner, name, item):
-        """The first original while ours is in place, else what is there now."""
-        value = _get(owner, name, item)
-        record = self._records.get((id(owner), name, item))
-        return record[3] if record is not None and value is record[4] else value
-
-
-def _get(owner, name, item):
-    """``owner``'s own ``name`` (``_ABSENT`` if none): a mapping's item, its ``__dict__`` entry,
-    else what a data descriptor of its type keeps (``__class__``)."""
-    if item:
-        return owner.get(name, _ABSENT)
-    value = getattr(owner, "__dict__", {}).get(name, _ABSENT)
-    if value is _ABSENT:
-        slot = next((k.__dict__[name] for k in type(owner).__mro__ if name in k.__dict__), None)
-        if hasattr(type(slot), "__set__"):
-            value = getattr(owner, name)
-    return value
-
-
-def _put(owner, name, item, value):
-    if item and value is _ABSENT:
-        del owner[name]
-    elif item:
-        owner[name] = value
-    elif value is _ABSENT:
-        delattr(owner, name)
-    else:
-        setattr(owner, name, value)
-
-
-class ExceptHooks(object):
-    """The ``sys.excepthook`` one patch chains in front of the one in place: at most one of
-    them is active. Each hook has ``active`` (it acts only then) and ``previous`` (which it
-    calls after)."""
-
-    def __init__(self):
-        self._locks = {}
-        self.installed = []
-
-    def install(self, make):
-        """Make ``sys.excepthook`` ``make(sys.excepthook)`` unless one of ours is active."""
-        with process_lock(self._locks):
-            if not self.active():
-                self.installed.append(make(sys.excepthook))
-                sys.excepthook = self.installed[-1]
-
-    def remove(self):
-        """Turn ours off; take out those still in place (one chained after ours stays: it
-        calls ours, which passes everything on)."""
-        with process_lock(self._locks):
-            for hook in self.installed[::-1]:
-                hook.active = False
-                if sys.excepthook is hook:
-                    sys.excepthook = hook.previous
-                    self.installed.remove(hook)
-
-    def active(self, pid=None):
-        """Whether one of ours is active (and made in process ``pid``, if given)."""
-        return any(h.active and (pid is None or h.pid == pid) for h in list(self.installed))
 
 
 # The table
@@ -808,17 +659,39 @@ def _run_apply(st, module, reason):
         implementation = _implementation(st.spec)
         implementation.apply(module)
         return APPLIED, reason, None
-    except NotNeeded as exc:
-        return NOT_NEEDED, str(exc), None
-    except Skip as exc:
-        return SKIPPED, str(exc), "skipped on %s %s: %s" % (st.distribution, st.version, exc)
     except Exception as exc:
-        from mpcompat.errors import describe_exception
-        cause = describe_exception(exc)
-        if implementation is not None:  # what its apply() did before it raised
-            revert([(st, module)])
-        return FAILED, cause, "failed on %s %s and was skipped: %s" % (
-            st.distribution, st.version, cause)
+        return _declined(st, module, exc, implementation is not None)
+
+
+def _declined(st, module, exc, loaded):
+    """``(state, reason, warning)`` of a patch whose apply() raised ``exc`` (``loaded``: its
+    code had loaded: what it did before it raised is reverted)."""
+    if isinstance(exc, NotNeeded):
+        return NOT_NEEDED, str(exc), None
+    if isinstance(exc, Skip):
+        return SKIPPED, str(exc), "skipped on %s %s: %s" % (st.distribution, st.version, exc)
+    from mpcompat.errors import describe_exception
+    cause = describe_exception(exc)
+    if loaded:
+        revert([(st, module)])
+    return FAILED, cause, "failed on %s %s and was skipped: %s" % (
+        st.distribution, st.version, cause)
+
+
+def adopt_applied(records):
+    """Take over the patches applied before this module loaded (``mpcompat.patcher.
+    apply_standard``: ``(patch name, module, exception or None, whether its code loaded)``
+    each), settled as :func:`_run_apply` settles them; a first use has come. The caller holds
+    activation's lock, and armed every patch."""
+    _used[:] = [True]
+    for name, module, exc, loaded in records:
+        st = _states[name]
+        _seen.add(module.__name__)
+        st.applied[module.__name__] = module
+        reason = _judge(st)[1]
+        state, reason, warning = (APPLIED, reason, None) if exc is None else _declined(
+            st, module, exc, loaded)
+        _settle(st, module, state, reason, warning)
 
 
 def _settle(st, module, state, reason, warning):
@@ -872,9 +745,10 @@ def _defer(st, module, entries):
 # The targets whose functions start or feed worker processes: a Pool's, a Queue's and an
 # executor's helper threads call some of them (a task pickled, a worker restarted), and must never
 # import (the fork rule). The first stub of any of them, called in the user's thread, applies the
-# deferred patches of all of them; the stub of another target applies its own module's.
-_WORKER_TARGETS = ("multiprocessing.", "concurrent.futures.", "torch.utils.data.",
-                   "torch.multiprocessing.")
+# deferred patches of all of them; the stub of another target applies its own module's
+# (torch.multiprocessing.spawn's start_processes: only the user calls it, and a DataLoader's
+# first iter() does not load its patch).
+_WORKER_TARGETS = ("multiprocessing.", "concurrent.futures.", "torch.utils.data.")
 
 
 def _first_use_group(name):

@@ -93,7 +93,7 @@ class WatchedWait(object):
 def seconds_from_env(quiet=False):
     """SECONDS from ``MPCOMPAT_HANG_DUMP``, for every hang-dump patch; raise ``NotNeeded`` when
     it is unset or not a positive number (which warns once, unless ``quiet``)."""
-    from mpcompat.patching import NotNeeded
+    from mpcompat.patcher import NotNeeded
     raw = os.environ.get(VAR, "").strip()
     if not raw:
         raise NotNeeded("%s is not set" % VAR)

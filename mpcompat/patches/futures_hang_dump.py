@@ -11,8 +11,7 @@ watched. A future does not know its executor: the workers asked for their stacks
 import functools
 import sys
 
-from mpcompat.patching import Skip
-from mpcompat.patching import Patcher
+from mpcompat.patcher import Patcher, Skip
 from mpcompat.hang_dump import watchdog
 from mpcompat.workers.user_frames import drop_own_frames
 

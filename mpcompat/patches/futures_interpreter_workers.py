@@ -8,7 +8,7 @@ path of what a ``NotShareableError`` of the call could not send.
 import functools
 import pickle
 
-from mpcompat.patching import Patcher
+from mpcompat.patcher import Patcher
 
 patcher = Patcher()
 # Results of these exact types are shared natively, without pickle: passed on as they are.

@@ -14,7 +14,7 @@ import functools
 from concurrent.futures import _base
 from multiprocessing.connection import wait
 
-from mpcompat.patching import NotNeeded, Patcher
+from mpcompat.patcher import NotNeeded, Patcher
 
 patcher = Patcher()
 INITIALIZING = "running its initializer"

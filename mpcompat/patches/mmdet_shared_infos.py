@@ -10,7 +10,7 @@ under spawn and forkserver). Their ``__init__`` is wrapped in place (wrapt); aft
 changes to the list (mmdet's ``_filter_imgs`` makes a new one) happen before; writes after it
 raise ``TypeError`` naming the shared list.
 """
-from mpcompat.patching import Patcher, Skip
+from mpcompat.patcher import Patcher, Skip
 
 CLASSES = {"mmdet.datasets.custom": "CustomDataset",
            "mmdet3d.datasets.custom_3d": "Custom3DDataset"}

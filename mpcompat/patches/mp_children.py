@@ -81,7 +81,7 @@ import os
 import sys
 from types import SimpleNamespace
 
-from mpcompat.patching import ExceptHooks, NotNeeded, Patcher, Skip
+from mpcompat.patcher import ExceptHooks, NotNeeded, Patcher, Skip
 
 # --- multiprocessing.failure_records: the parent's side ------------------------------------------
 

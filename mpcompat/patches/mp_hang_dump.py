@@ -9,8 +9,7 @@ processes are asked for their stacks; ThreadPool workers are threads, in the pro
 On ``multiprocessing.process`` (imported by every child, spawn and forkserver ones included):
 the stack-dump handler is registered, so that the parent can ask for its stacks.
 """
-from mpcompat.patching import Skip
-from mpcompat.patching import Patcher
+from mpcompat.patcher import Patcher, Skip
 from mpcompat.hang_dump import watchdog
 
 NAME = "multiprocessing.hang_dump"

@@ -16,7 +16,7 @@ import types
 import weakref
 from multiprocessing.reduction import ForkingPickler
 
-from mpcompat.patching import Patcher, Skip
+from mpcompat.patcher import Patcher, Skip
 
 TASK_STAGE, WAITING = "running a task", "waiting for a task"
 # What a worker says besides results: as it starts; when ready; as it dies waiting for a task

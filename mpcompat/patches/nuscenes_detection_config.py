@@ -4,8 +4,7 @@ nuscenes-devkit sets it to a ``dict_keys`` view (nuscenes-devkit#1155), which no
 pickles. ``__init__`` is wrapped in place (wrapt: the class keeps its identity); after it, a
 ``dict_keys`` ``class_names`` becomes a list in ``class_range`` order.
 """
-from mpcompat.patching import Skip
-from mpcompat.patching import Patcher
+from mpcompat.patcher import Patcher, Skip
 
 _DICT_KEYS = type({}.keys())
 patcher = Patcher()

@@ -4,8 +4,7 @@
 ("Unknown tracking_name car" in a spawn child). A ``__reduce_ex__`` naming
 ``mpcompat.rebuild.rebuild_by_init`` runs ``__init__`` again there, then restores ``__dict__``.
 """
-from mpcompat.patching import Skip
-from mpcompat.patching import Patcher
+from mpcompat.patcher import Patcher, Skip
 
 # Pickling hooks whose presence means the class pickles its own way: then we stay out.
 _OWN_PICKLING = ("__reduce_ex__", "__reduce__", "__getstate__", "__setstate__")

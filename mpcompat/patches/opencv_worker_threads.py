@@ -8,7 +8,7 @@ disarms it) and every DataLoader worker (``mpcompat.workers.started``) runs
 import os
 import sys
 
-from mpcompat.patching import Skip
+from mpcompat.patcher import Skip
 
 # active: applied on cv2 (the fork hook acts only then); unhooked: the fork hook is still to be
 # registered (popped: one atomic step, so two threads applying at once register it once).

@@ -7,8 +7,7 @@ function is wrapped); those made earlier are named when the patch applies.
 """
 import weakref
 
-from mpcompat.patching import Skip
-from mpcompat.patching import Patcher
+from mpcompat.patcher import Patcher, Skip
 
 _TARGET = "torch._jit_internal"
 patcher = Patcher()

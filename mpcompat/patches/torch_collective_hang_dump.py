@@ -13,7 +13,7 @@ import sys
 from datetime import timedelta
 
 from mpcompat.hang_dump import collectives
-from mpcompat.patching import Patcher
+from mpcompat.patcher import Patcher
 
 patcher = Patcher()
 COLLECTIVES = (

@@ -33,8 +33,7 @@ import sys
 import threading
 
 from mpcompat.diagnose.notes import PREFIX, add_note
-from mpcompat.patching import Patcher
-from mpcompat.patching import NotNeeded, Skip
+from mpcompat.patcher import NotNeeded, Patcher, Skip
 from mpcompat.workers.user_frames import is_own
 
 TARGET = "torch.cuda"

@@ -24,7 +24,7 @@ import time
 
 from torch._utils import ExceptionWrapper  # loaded with torch, which imports this module
 
-from mpcompat.patching import Patcher, Skip
+from mpcompat.patcher import Patcher, Skip
 
 WORKER = "torch.utils.data._utils.worker"
 LOADER = "torch.utils.data.dataloader"

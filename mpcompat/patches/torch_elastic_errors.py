@@ -17,8 +17,7 @@ import atexit
 import os
 import sys
 
-from mpcompat.patching import ExceptHooks
-from mpcompat.patching import NotNeeded
+from mpcompat.patcher import ExceptHooks, NotNeeded
 
 ERROR_FILE_VAR = "TORCHELASTIC_ERROR_FILE"
 hooks = ExceptHooks()

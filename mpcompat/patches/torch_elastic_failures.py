@@ -27,8 +27,7 @@ import sys
 import time
 
 from mpcompat.patches.mp_children import AGENT_ENV
-from mpcompat.patching import Patcher
-from mpcompat.patching import Skip
+from mpcompat.patcher import Patcher, Skip
 
 patcher = Patcher()
 _agent = []  # in the agent: the OOM counters read as the patch applied, before any rank started

@@ -4,8 +4,7 @@ Torch's own reduction shares the state through a file descriptor that is gone be
 child starts (pytorch#146828). For ``ForkingPickler`` only, a reducer ships the device, the
 initial seed and the state as bytes; ``pickle``, ``copy`` and ``torch.save`` keep torch's own.
 """
-from mpcompat.patching import Skip
-from mpcompat.patching import Patcher
+from mpcompat.patcher import Patcher, Skip
 
 patcher = Patcher()
 

@@ -10,8 +10,7 @@ call ends when one exits; workers ``self.processes``).
 """
 from mpcompat.hang_dump import watchdog
 from mpcompat.workers.user_frames import drop_own_frames
-from mpcompat.patching import Skip
-from mpcompat.patching import Patcher
+from mpcompat.patcher import Patcher, Skip
 
 NAME = "torch.hang_dump"
 patcher = Patcher()

@@ -23,7 +23,7 @@ Plain wrappers, not wrapt: they load at a first call on the success path (import
 import functools
 import sys
 
-from mpcompat.patching import Patcher, Skip
+from mpcompat.patcher import Patcher, Skip
 
 patcher = Patcher()
 _MARK = "_mpcompat_leftovers"

@@ -8,7 +8,7 @@ no remover, but keeps its safe globals in the list ``_marked_safe_globals_list``
 one entry apiece, in place.
 """
 from mpcompat import rebuild_views
-from mpcompat.patching import Skip
+from mpcompat.patcher import Skip
 
 # The whole of mpcompat.rebuild_views (which holds nothing else callable), and nothing else.
 VIEW_REBUILDERS = tuple(getattr(rebuild_views, name) for name in rebuild_views.__all__)

@@ -8,7 +8,7 @@ code's meaning), and the start-up failure the child recorded (``multiprocessing.
 """
 import functools
 
-from mpcompat.patching import Patcher, Skip
+from mpcompat.patcher import Patcher, Skip
 
 patcher = Patcher()
 

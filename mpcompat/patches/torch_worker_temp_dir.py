@@ -13,8 +13,7 @@ import shutil  # noqa: F401  get_temp_dir imports them: here, not later (the for
 import tempfile  # noqa: F401
 from multiprocessing import util
 
-from mpcompat.patching import Skip
-from mpcompat.patching import Patcher
+from mpcompat.patcher import Patcher, Skip
 from mpcompat.workers.user_frames import without_own_frames
 
 patcher = Patcher()

@@ -270,7 +270,7 @@ def test_heavy_module_check_can_fail():
 def test_start_up_defers_copyreg_registry_and_patch_modules():
     """``import mpcompat`` from a source checkout (no start-up hook to list the targets) loads
     the activation (with the built-in reducers and the rebuild functions they name) and the
-    patch layer with its table; the reducers register as copyreg is imported, which loads no
+    patch layer with its table (and ``mpcompat.patcher``, whose Patcher it re-exports); the reducers register as copyreg is imported, which loads no
     module more (the registry's functions wait for their first use), and a patch's own module
     waits for the first use of what it hooks."""
     code = """if 1:
@@ -290,8 +290,8 @@ def test_start_up_defers_copyreg_registry_and_patch_modules():
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert eval(lines[0]) == ["mpcompat", "mpcompat.activation", "mpcompat.patching",
-                              "mpcompat.rebuild_views"]
+    assert eval(lines[0]) == ["mpcompat", "mpcompat.activation", "mpcompat.patcher",
+                              "mpcompat.patching", "mpcompat.rebuild_views"]
     assert lines[1:] == ["dict_keys", "False", "False", "multiprocessing.pickling_notes applied",
                          "True"]
 

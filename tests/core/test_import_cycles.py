@@ -83,9 +83,13 @@ def test_the_finder_sees_a_circle():
 # as the first Pool is made (a worker never loads it), which imports the worker side's protocol.
 # Likewise activation loads the patch layer when it first needs it (a first use, a target not of
 # the standard library, status()), which imports activation's first-use stubs: activation is
-# complete by then (``import mpcompat`` runs it first).
+# complete by then (``import mpcompat`` runs it first); and so does mpcompat.patcher, which a
+# first use loads to apply the standard library's patches without the patch layer (and the patch
+# layer, which re-exports its Patcher).
 KNOWN = {("mpcompat.patches.mp_pool_workers", "mpcompat.workers.pool_dispatcher"),
          ("mpcompat.activation", "mpcompat.patching"),
+         ("mpcompat.activation", "mpcompat.patcher"),
+         ("mpcompat.activation", "mpcompat.patching", "mpcompat.patcher"),
          ("mpcompat.child_failures.channel", "mpcompat.child_failures.exits"),
          ("mpcompat.child_failures.channel", "mpcompat.patches.mp_children"),
          ("mpcompat.child_failures.channel", "mpcompat.patches.mp_children",

@@ -74,7 +74,7 @@ import mpcompat
 from mpcompat import activation
 from mpcompat import reducers
 from mpcompat.activation import process_lock
-from mpcompat.patching import ExceptHooks, Patcher
+from mpcompat.patcher import ExceptHooks, Patcher
 patcher, hooks = Patcher(), ExceptHooks()
 held, done = threading.Event(), threading.Event()
 def hold():

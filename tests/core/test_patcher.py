@@ -1,11 +1,11 @@
-"""mpcompat.patching.Patcher on real modules, classes, functions and dicts: replace,
+"""mpcompat.patcher.Patcher on real modules, classes, functions and dicts: replace,
 wrap, replace_item and a switched ``__class__`` are put back by restore(), per target and only
 where the replacement is still ours."""
 import types
 
 import pytest
 
-from mpcompat.patching import Patcher
+from mpcompat.patcher import Patcher
 
 
 def make_module(name="mpc_patcher_target"):

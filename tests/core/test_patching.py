@@ -123,6 +123,11 @@ def test_the_early_first_uses_are_the_tables():
         assert {spec.needs_env for spec in rows if spec.needs_env} <= {EARLY_OFF_ENV}
         expected[target] = {path for spec in on for path in spec.first_use[target]}
     assert {t: set(paths) for t, paths in EARLY_FIRST_USES.items()} == expected
+    # what mpcompat.patches.apply_standard applies to each, without the manager: the same rows
+    from mpcompat.patcher import STANDARD
+    assert STANDARD == {target: tuple((spec.name, spec.impl) for spec in patching.PATCHES
+                                      if target in spec.targets and not spec.needs_env)
+                        for target in EARLY_FIRST_USES}
     # every standard-library target whose always-on patches all wait for a first use is there
     for spec in patching.PATCHES:
         for target in spec.targets:
@@ -147,7 +152,8 @@ print(sorted(set(sys.modules) - before))
     proc = run_python(code, env=child_env(MPCOMPAT_DISABLE="1"))
     assert proc.returncode == 0, proc.stderr
     table_imports, activation_imports = [eval(line) for line in proc.stdout.splitlines()]
-    assert set(table_imports) <= {"mpcompat.patching", "itertools", "_operator"}  # built-ins
+    assert set(table_imports) <= {"mpcompat.patching", "mpcompat.patcher", "itertools",
+                                  "_operator"}  # built-ins, and the Patcher's module
     heavy = ("torch", "nuscenes", "mmcv", "numpy", "mpcompat.patches.", "importlib.metadata")
     assert [m for m in activation_imports if m.startswith(heavy)] == []
 

@@ -1,5 +1,5 @@
 """A patch that declines with ``Skip``."""
-from mpcompat.patching import Skip
+from mpcompat.patcher import Skip
 
 
 def apply(module):

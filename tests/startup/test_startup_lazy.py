@@ -49,13 +49,13 @@ def test_a_process_that_imports_nothing_mpcompat_acts_on_loads_only_the_hook(ven
     assert _modules(venv, MODULES, MPCOMPAT_DISABLE="1") == [[]]
 
 
-def test_pickle_registers_the_reducers_and_a_first_use_loads_the_patch_layer(venv):
+def test_pickle_registers_the_reducers_and_a_first_use_loads_the_patches(venv):
     # re imports copyreg, and so do json, logging and argparse: that activates nothing. What
     # pickles does (pickle here), and registers the built-in reducers, which are activation's:
     # the registry's functions (mpcompat.reducers) load when they are used. The standard
-    # library's targets get their first-use stubs from activation: the patch layer loads with
-    # the first call of one (here a Pool), which applies the patches of every multiprocessing
-    # target imported.
+    # library's targets get their first-use stubs from activation: the first call of one (here
+    # a Pool) applies the patches of every multiprocessing target imported, without the patch
+    # layer.
     code = ("import re, copyreg\n" + MODULES + "\nimport pickle\n" + MODULES + "\n"
             "print(list(pickle.loads(pickle.dumps({'a': 1}.keys()))))\n"
             "import multiprocessing.pool, concurrent.futures.process\n" + MODULES + "\n"
@@ -71,8 +71,9 @@ def test_pickle_registers_the_reducers_and_a_first_use_loads_the_patch_layer(ven
     assert views == ["a"]
     assert after == before  # neither the patch layer nor a patch's own module
     assert stubbed == [True] and mapped == [1] and unstubbed == [False]
-    assert {"mpcompat.patching", "mpcompat.patches.mp_pool_workers",
+    assert {"mpcompat.patcher", "mpcompat.patches.mp_pool_workers",
             "mpcompat.patches.mp_children"} <= set(used) - set(after)
+    assert "mpcompat.patching" not in used  # the patch manager: below
     assert sorted(registered) == ["dict_items", "dict_keys", "dict_values", "module",
                                   "odict_items", "odict_keys", "odict_values"]
     assert set(registry) - set(used) == {"mpcompat.reducers"}
@@ -126,6 +127,46 @@ def test_stubs_put_on_early_are_adopted_by_a_first_use_in_another_thread(install
     bad = [result for result in results if isinstance(result, str)]
     assert bad == [], "%d of 40 runs:\n%s" % (len(bad), "\n".join(bad[:5]))
     assert results.count(True) >= 20  # the first use ran in most
+
+
+def _standard_patches(venv, *args, **env):
+    proc = venv.script("standard_patches.py", *args, timeout=150, **env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), proc.stderr
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_pool_loads_no_patch_manager_and_status_says_what_it_would(venv, method):
+    """A process that makes a Pool and never fails loads no patch manager, nor does a spawn
+    worker: the first use (``Pool()``) applies the standard library's patches without it, and
+    so do a spawn child's imports of their targets. status() loads it and reports them as the
+    manager reports the patches it applied itself (with a patch of another library disabled,
+    it does all of it), and deactivate() reverts them."""
+    lean, said = _standard_patches(venv, method)
+    managed, _ = _standard_patches(venv, method, MPCOMPAT_DISABLED_PATCHES="torch.generator")
+    assert said == ""
+    assert "mpcompat.patching" not in lean["parent"] + lean["worker"]
+    assert {"mpcompat.patcher", "mpcompat.patches.mp_pool_workers"} <= set(lean["worker"])
+    assert "mpcompat.patching" in managed["parent"] and "mpcompat.patching" in managed["worker"]
+    assert lean["rows"] == managed["rows"]
+    assert ["multiprocessing.pool_workers", "applied", "on multiprocessing.pool"] in lean["rows"]
+    assert lean["restored"] and managed["restored"]
+
+
+def test_a_standard_patch_that_declines_without_the_manager_is_said_as_the_manager_says_it(venv):
+    """A patch that declines as the first use applies it without the manager (a Python without
+    what it hooks) loads the manager then, which says why once, as when it applies the patch
+    itself; the others apply."""
+    lean, said = _standard_patches(venv, "fork", "decline")
+    managed, said_managed = _standard_patches(venv, "fork", "decline",
+                                              MPCOMPAT_DISABLED_PATCHES="torch.generator")
+    assert said == said_managed and said.count("MpcompatWarning") == 1, said
+    assert "patch 'multiprocessing.pickling_notes' skipped" in said
+    assert lean["rows"] == managed["rows"]
+    assert ["multiprocessing.pickling_notes", "skipped",
+            "multiprocessing.reduction has no dump() or ForkingPickler.dumps"] in lean["rows"]
+    assert ["multiprocessing.pool_workers", "applied", "on multiprocessing.pool"] in lean["rows"]
+    assert "mpcompat.patching" in lean["parent"]
 
 
 def test_the_resource_tracker_loads_nothing(venv):

@@ -135,7 +135,7 @@ def test_torch_2_4_list_gets_the_six_and_loses_only_them(monkeypatch):
 
 
 def test_a_torch_without_a_remover_or_list_is_skipped(monkeypatch):
-    from mpcompat.patching import Skip
+    from mpcompat.patcher import Skip
     monkeypatch.setattr(torch_safe_globals, "_added", [])
     module = torch24_serialization()
     module._weights_only_unpickler = types.SimpleNamespace()  # neither list nor remover
