@@ -284,6 +284,8 @@ def _on_target(module):
         try:
             if _stub_early(module):
                 return
+            if _standard_now(module):  # (known again under the lock)
+                _load_standard([module.__name__])
             with process_lock(_locks):
                 standard = _standard_now(module)
                 declined = standard and _apply_standard([module])
@@ -463,6 +465,8 @@ def _first_use(module_name):
     Activation's own stubs (the patch manager not loaded, every patch on) are all on the
     standard library's worker targets, one group: their patches apply without the manager,
     under activation's lock (a thread calling another stub meanwhile waits for them)."""
+    if _config["arm"] == "all":
+        _load_standard(list(_early))
     with process_lock(_locks):
         early = None
         if _config["arm"] == "all" and (_early or _config["fired"]):
@@ -482,15 +486,21 @@ def _first_use(module_name):
 def _standard_now(module):
     """Whether the standard library's patches of ``module`` apply as it is imported, without
     the patch manager: it is not loaded, every patch is on, and this is a child starting (spawn,
-    forkserver) or a first use has come (the caller holds the lock)."""
+    forkserver) or a first use has come (read under the lock to act on it)."""
     return module.__name__ in EARLY_FIRST_USES and _config["arm"] == "all" and not \
         os.environ.get(EARLY_OFF_ENV, "").strip() and (
             _config["fired"] or "--multiprocessing-fork" in sys.argv or child_starting())
 
 
+def _load_standard(targets):
+    """``mpcompat.patcher.load_standard``, outside the lock."""
+    from mpcompat.patcher import load_standard
+    load_standard(targets)
+
+
 def _apply_standard(modules):
-    """``mpcompat.patcher.apply_standard``: records kept for the manager (the caller holds the
-    lock); whether one declined."""
+    """``mpcompat.patcher.apply_standard``, under the lock (its modules loaded before it was
+    taken): records kept for the manager; whether one declined."""
     from mpcompat.patcher import apply_standard
     return apply_standard(modules, _standard)
 

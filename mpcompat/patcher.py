@@ -35,6 +35,19 @@ STANDARD = {
 }
 
 
+def load_standard(targets):
+    """Import the modules of the patches of :data:`STANDARD` for ``targets`` (names): before
+    activation's lock is taken, so that its holder never waits for an import another thread
+    holds (one of a target, whose callback waits for that lock). Never raises: what fails
+    fails again in :func:`apply_standard`, which says it."""
+    for target in targets:
+        for _, impl in STANDARD.get(target, ()):
+            try:
+                __import__(impl.partition(":")[0])
+            except Exception:
+                pass
+
+
 def apply_standard(modules, records):
     """Apply the patches of :data:`STANDARD` to ``modules`` (targets of
     ``activation.EARLY_FIRST_USES``), as the patch manager would with every patch on: append
