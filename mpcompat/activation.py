@@ -4,7 +4,10 @@ post-import hook that drives both.
 It runs in every process that imports a module mpcompat acts on, so it only watches
 ``copyreg`` and the patch targets: the built-in reducers (defined here, with the reducer
 registry's state; :mod:`mpcompat.reducers` holds its functions and loads when they are used)
-register when copyreg is imported, the patch manager loads with the first target.
+register when copyreg is imported; the standard library's targets get first-use stubs, whose
+first call applies their patches (``mpcompat.patcher.apply_standard``), and the patch manager
+loads with the first target of another library, or when ``status()`` or a declining patch
+needs it.
 
 The hook: ``watch(name, callback)`` calls back each time a module finishes executing. A finder
 at the front of ``sys.meta_path``, a dict look-up for names nobody watches, chains the loader

@@ -745,10 +745,11 @@ def _defer(st, module, entries):
 # The targets whose functions start or feed worker processes: a Pool's, a Queue's and an
 # executor's helper threads call some of them (a task pickled, a worker restarted), and must never
 # import (the fork rule). The first stub of any of them, called in the user's thread, applies the
-# deferred patches of all of them; the stub of another target applies its own module's
-# (torch.multiprocessing.spawn's start_processes: only the user calls it, and a DataLoader's
-# first iter() does not load its patch).
-_WORKER_TARGETS = ("multiprocessing.", "concurrent.futures.", "torch.utils.data.")
+# deferred patches of all of them; the stub of another target applies its own module's.
+# (torch.multiprocessing.spawn is one of them: its stub on start_processes is passed by those who
+# call the package's name for it, bound before the stub is put on; torch's elastic agent does.)
+_WORKER_TARGETS = ("multiprocessing.", "concurrent.futures.", "torch.utils.data.",
+                   "torch.multiprocessing.")
 
 
 def _first_use_group(name):
