@@ -227,13 +227,13 @@ def _start(how, targets):
 
 def _arm(patching):
     """Arm the patches as configured (the caller holds the lock): see patching.arm()."""
-    args = _config["arm"]
+    args, rows = _config["arm"], patching.PATCHES
+    every = (rows, frozenset(spec.name for spec in rows), None)
     if args == "all":  # activated with the start-up hook's list of targets: every patch
-        rows = patching.PATCHES
         _start(_state["how"], {t for spec in rows if not spec.env_off() for t in spec.targets})
-        args = (rows, frozenset(spec.name for spec in rows), None)
+        args = every
     if _standard:  # applied with every patch on: adopted so, before any is disarmed
-        patching.arm(patching.PATCHES, frozenset(spec.name for spec in patching.PATCHES), None)
+        patching.arm(*every)
         patching.adopt_applied(_standard)
         del _standard[:]
     armed = patching.arm(*args)

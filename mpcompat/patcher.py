@@ -35,6 +35,20 @@ STANDARD = {
 }
 
 
+def implementation(impl):
+    """What a table row's ``impl`` names (``"module"`` or ``"module:object"``), imported if need
+    be: what has the patch's ``apply`` and ``revert``."""
+    path, _, name = impl.partition(":")
+    __import__(path)  # importlib.import_module's work for an absolute name, without importlib
+    module = sys.modules[path]
+    if not name:
+        return module
+    try:
+        return getattr(module, name)
+    except AttributeError:  # said as Python says it of a from-import
+        raise ImportError("cannot import name %r from %r" % (name, path)) from None
+
+
 def load_standard(targets):
     """Import the modules of the patches of :data:`STANDARD` for ``targets`` (names): before
     activation's lock is taken, so that its holder never waits for an import another thread
@@ -59,9 +73,7 @@ def apply_standard(modules, records):
         for name, impl in STANDARD.get(module.__name__, ()):
             loaded, error = False, None
             try:
-                path, _, attr = impl.partition(":")
-                __import__(path)
-                code = getattr(sys.modules[path], attr) if attr else sys.modules[path]
+                code = implementation(impl)
                 loaded = True
                 code.apply(module)
             except Exception as exc:

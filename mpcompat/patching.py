@@ -34,7 +34,7 @@ from itertools import takewhile
 
 # (activation imports this module when it first needs it: activation is complete by then)
 from mpcompat.activation import child_starting, first_use_spots, first_use_stub, process_lock
-from mpcompat.patcher import ExceptHooks, NotNeeded, Patcher, Skip  # noqa: F401  (re-exported)
+from mpcompat.patcher import NotNeeded, Patcher, Skip, implementation
 
 
 class PatchSpec(tuple):
@@ -370,14 +370,6 @@ PATCHES = (
     "not applied", "inactive")
 
 
-def _module(name):
-    """The module ``name``, imported if need be: what ``importlib.import_module`` does for an
-    absolute name, without loading ``importlib`` (0.4 ms) in processes that have no other use
-    for it."""
-    __import__(name)
-    return sys.modules[name]
-
-
 def _impl_module(spec):
     """The name of the module that holds the patch's code."""
     return spec.impl.partition(":")[0]
@@ -385,14 +377,7 @@ def _impl_module(spec):
 
 def _implementation(spec):
     """The patch's code, imported if need be: what has its ``apply`` and ``revert``."""
-    module, _, name = spec.impl.partition(":")
-    module = _module(module)
-    if not name:
-        return module
-    try:
-        return getattr(module, name)
-    except AttributeError:  # said as Python says it of a from-import
-        raise ImportError("cannot import name %r from %r" % (name, module.__name__)) from None
+    return implementation(spec.impl)
 
 
 class PatchState(object):
@@ -567,7 +552,7 @@ def preload(prefix):
 def _when_imported(st, name, imported):
     """Apply ``st`` to module ``name`` once the import of it under way has finished."""
     try:
-        _module(name)  # a failed import is run again: what any import would do
+        __import__(name)  # waits for the import under way; a failed one is run again
     except Exception:
         return
     module, finished = imported(name)
