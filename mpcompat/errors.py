@@ -40,10 +40,12 @@ class WorkerLostError(RuntimeError):
         self.pid, self.exitcode = pid, exitcode
 
 
-def warn(message, key=None, at=None):
+def warn(message, key=None, at=None, library=()):
     """One ``MpcompatWarning`` per process tree and ``key`` (default: the message), attributed
-    to ``at`` (``(filename, line)``), else to the user's frame on the stack. Never raises: made
-    an error (``python -W error``, a raising ``showwarning``), it goes to stderr."""
+    to ``at`` (``(filename, line)``), else to the user's frame on the stack: the first outside
+    the packages named in ``library`` too (``("multiprocessing",)``: the ``Pool()`` line, not
+    the standard library's that called a patched function). Never raises: made an error
+    (``python -W error``, a raising ``showwarning``), it goes to stderr."""
     try:
         from binascii import crc32
         tag = "%08x" % (crc32((key or message).encode("utf-8", "replace")) & 0xFFFFFFFF)
@@ -52,7 +54,7 @@ def warn(message, key=None, at=None):
             return
         os.environ[WARNED_VAR] = "%s,%s" % (said, tag) if said else tag
         import warnings
-        where = _user_frame() if at is None else (at[0], at[1], "mpcompat", {})
+        where = _user_frame(library) if at is None else (at[0], at[1], "mpcompat", {})
         warnings.warn_explicit(MpcompatWarning("mpcompat: " + message), MpcompatWarning, *where)
     except Exception as exc:
         line = ("%s: %s" % (type(exc).__name__, exc) if isinstance(exc, Warning)
@@ -83,11 +85,12 @@ def describe_exception(exc):
     return text
 
 
-def _user_frame():
+def _user_frame(library=()):
     """``(filename, lineno, module, registry)`` of the first frame outside mpcompat, its hook,
-    the import system and modules still being imported (a library importing another: the line
-    that imported the first); at interpreter start, none."""
-    frame = sys._getframe(1)
+    the import system, modules still being imported (a library importing another: the line
+    that imported the first) and the packages named in ``library`` (the innermost of theirs if
+    nothing called them); at interpreter start, none."""
+    frame, inner = sys._getframe(1), None
     while frame is not None:
         filename = frame.f_code.co_filename
         name = frame.f_globals.get("__name__")
@@ -96,7 +99,13 @@ def _user_frame():
                 or name in ("_mpcompat_bootstrap", "site", "sitecustomize")
                 or os.path.basename(os.path.dirname(filename)) == "importlib"
                 or getattr(spec, "_initializing", False)):
-            registry = frame.f_globals.setdefault("__warningregistry__", {})
-            return filename, frame.f_lineno, name or "?", registry
+            if str(name).partition(".")[0] not in library:
+                break
+            inner = inner or frame
         frame = frame.f_back
-    return "<mpcompat at interpreter start>", 0, "mpcompat", {}
+    frame = frame or inner
+    if frame is None:
+        return "<mpcompat at interpreter start>", 0, "mpcompat", {}
+    registry = frame.f_globals.setdefault("__warningregistry__", {})
+    return frame.f_code.co_filename, frame.f_lineno, frame.f_globals.get("__name__") or "?", \
+        registry

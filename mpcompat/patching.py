@@ -802,4 +802,6 @@ def require(name):
 
 def _warn(st, message, key=None):
     from mpcompat.errors import warn
-    warn("patch %r %s" % (st.spec.name, message), key)
+    # said at the user's line that reached the patched library (its first use, its import)
+    warn("patch %r %s" % (st.spec.name, message), key,
+         library={target.partition(".")[0] for target in st.spec.targets})

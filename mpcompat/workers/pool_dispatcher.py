@@ -830,7 +830,7 @@ def _leave_to_stdlib(pool, dispatcher, short):
         "guarantees that a worker's death fails its task and that workers failing while "
         "they start break the Pool. Raise the limit (ulimit -n %d) to keep them." % (
             pool._processes, short[0], FDS_PER_WORKER, FDS_PER_WORKER - 2, short[1],
-            2 * short[0]), key="pool-descriptors")
+            2 * short[0]), key="pool-descriptors", library=("multiprocessing",))
 
 
 # --- the hooks ----------------------------------------------------------------------------------

@@ -336,6 +336,28 @@ def test_patch_that_declines_is_skipped_with_its_reason(add_patch):
     assert _rows()["test.declining"].state == "skipped"
 
 
+_DECLINES_AT_FIRST_USE = """import mpcompat
+import multiprocessing.pool, multiprocessing.reduction
+del multiprocessing.reduction.dump  # what multiprocessing.pickling_notes hooks
+def task(x): return x
+if __name__ == "__main__":
+    with multiprocessing.get_context("fork").Pool(1) as pool:  # line 6
+        pool.apply(task, (1,))
+"""
+
+
+def test_a_patch_declining_at_its_first_use_is_said_at_the_users_line():
+    """The first use that applies a patch is the user's call into the library (``Pool()``):
+    its warning names that line, not the library's own line that called the patched
+    function (``multiprocessing/context.py``)."""
+    proc = run_python(_DECLINES_AT_FIRST_USE, env=child_env(MPCOMPAT_WARNED=None))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.startswith(
+        "<string>:6: MpcompatWarning: mpcompat: patch 'multiprocessing.pickling_notes' "
+        "skipped on Python %s: multiprocessing.reduction has no dump()" % PYTHON), proc.stderr
+    assert proc.stderr.count("MpcompatWarning") == 1, proc.stderr
+
+
 def test_disabled_patches_from_the_environment(add_patch, monkeypatch):
     add_patch("test.one")
     add_patch("test.two", target=BETA)

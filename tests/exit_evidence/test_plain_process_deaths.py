@@ -19,7 +19,7 @@ if __name__ == "__main__":
         warnings.simplefilter("always")
         crashed = ctx.Process(target=segfault, args=(sys.argv[2],))
         crashed.start()
-        crashed.join(60)
+        crashed.join(60)  # the warning's line
         ended = [ctx.Process(target=time.sleep, args=(60,)) for _ in range(2)]
         for p in ended:
             p.start()
@@ -29,6 +29,7 @@ if __name__ == "__main__":
             p.join(60)
     data["codes"] = [crashed.exitcode] + [p.exitcode for p in ended]
     data["warnings"] = [str(w.message) for w in caught]
+    data["at"] = [[w.filename, w.lineno] for w in caught]
     report(data)
 '''
 
@@ -39,6 +40,9 @@ def test_a_crashed_process_is_named_and_an_ended_one_is_not(method, tmp_path):
     assert data is not None and proc.returncode == 0, proc.stderr[-3000:]
     assert data["codes"] == [-11, -15, -9], data
     assert len(data["warnings"]) == 1, data["warnings"]  # terminate() and kill(): nothing
+    # said at the user's join(), not at the standard library's line that called mpcompat's
+    assert data["at"] == [[str(tmp_path / "scenario.py"), SCENARIO.splitlines().index(
+        "        crashed.join(60)  # the warning's line") + 1]], data["at"]
     text = flat(data["warnings"][0])
     path, line = crash_line()
     assert "was killed by signal 11 (SIGSEGV). SIGSEGV is a crash in native code" in text, text

@@ -331,7 +331,7 @@ if __name__ == "__main__":
         resource.RLIMIT_NOFILE)[1]))
     ctx = multiprocessing.get_context(sys.argv[1])
     data = {}
-    with ctx.Pool(100) as pool:
+    with ctx.Pool(100) as pool:  # the warning's line
         data["big"] = outcome(lambda: sum(pool.map(double, range(1000))))
     with ctx.Pool(2) as pool:  # small enough for channels: a lost task fails
         data["lost"] = outcome(lambda: pool.apply_async(die, ("SIGKILL",)).get(30))
@@ -344,12 +344,17 @@ def test_a_pool_too_big_for_the_descriptor_limit_runs_as_the_standard_librarys(m
                                                                                tmp_path):
     """3 file descriptors per worker (a channel besides the standard library's 2) must not
     make a Pool that fits ``ulimit -n`` without mpcompat fail with EMFILE: it runs without
-    channels, and says so once, with the limit to ask for."""
+    channels, and says so once, with the limit to ask for, at the user's ``Pool()`` line (not
+    the standard library's that called it)."""
     data, proc = run_script(tmp_path, FEW_DESCRIPTORS, method, timeout=180)
     assert data is not None and proc.returncode == 0, proc.stderr[-3000:]
     assert data["big"]["value"] == "999000", data
     stderr = flat(proc.stderr)
     assert stderr.count("MpcompatWarning") == 1, proc.stderr
+    line = FEW_DESCRIPTORS.splitlines().index(
+        "    with ctx.Pool(100) as pool:  # the warning's line") + 1
+    assert "%s:%d: MpcompatWarning" % (tmp_path / "scenario.py", line) in proc.stderr, \
+        proc.stderr
     assert "Pool(100) would need about" in stderr and "over this process's limit of 256 " \
         "(ulimit -n). It runs as the standard library's Pool" in stderr, proc.stderr
     assert data["lost"]["type"] == "WorkerLostError", data
