@@ -22,6 +22,7 @@ import signal
 import sys
 import time
 
+from mpcompat.activation import imported
 from mpcompat.child_failures import channel, memory_evidence
 
 _RECORDS = "mpcompat.patches.mp_children"  # a child's own crash file (loaded where armed)
@@ -153,8 +154,8 @@ def _sigkill_lines(pid):
     elif reaper == "the forkserver":
         lines.append("Its peak resident memory is not known: the forkserver reaped it, and "
                      "tells only its exit status.")
-    sampled = sys.modules.get("mpcompat.workers.dataset_memory")  # a DataLoader's workers
-    if sampled is not None:
+    sampled, finished = imported("mpcompat.workers.dataset_memory")  # a DataLoader's workers
+    if sampled is not None and finished:
         lines += sampled.death_lines(pid)
     return lines
 

@@ -16,6 +16,7 @@ import types
 import weakref
 from multiprocessing.reduction import ForkingPickler
 
+from mpcompat.activation import imported
 from mpcompat.patcher import Patcher, Skip
 
 TASK_STAGE, WAITING = "running a task", "waiting for a task"
@@ -189,7 +190,7 @@ def _explaining(original):
             drop_own_frames(exc)
             raise
         finally:
-            side = sys.modules.get(_PARENT_SIDE)  # None: this process made no Pool
+            side = _loaded(_PARENT_SIDE)  # None: this process made no Pool
             if side is not None:
                 side.say_memory(getattr(self, "_pool", None))
     return call
@@ -205,21 +206,30 @@ def _hooks(original, module):
         def hook(*args, **kwargs):
             try:
                 if not made:
-                    side = sys.modules.get(_PARENT_SIDE)
-                    if side is None and name != "_setup_queues":
-                        return original[name](*args, **kwargs)
-                    if side is None:
+                    if name == "_setup_queues":  # a process Pool's __init__, the user's thread
+                        # (waits while another thread's first Pool imports it)
                         from mpcompat.workers import pool_dispatcher
                         side = pool_dispatcher
+                    else:
+                        side = _loaded(_PARENT_SIDE)
+                        if side is None:  # no Pool of this patch yet: this one is stock
+                            return original[name](*args, **kwargs)
                     made.update(side.hooks(original, module))
                 return made[name](*args, **kwargs)
             except BaseException as exc:  # the user reads their frames, not this hook's
-                frames = sys.modules.get("mpcompat.workers.user_frames")
+                frames = _loaded("mpcompat.workers.user_frames")
                 if frames is not None:
                     frames.drop_own_frames(exc)
                 raise
         return functools.wraps(original[name])(hook)
     return {name: hooked(name) for name in _HOOKED}
+
+
+def _loaded(name):
+    """Module ``name`` once imported, else None: None too while another thread still runs its
+    code (its first Pool), whose functions may not be defined yet."""
+    module, finished = imported(name)
+    return module if finished else None
 
 
 def _keeping_notes(original):

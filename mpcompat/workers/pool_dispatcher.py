@@ -34,7 +34,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import ForkingPickler
 
 from mpcompat.patches.mp_pool_workers import (IDLE, READY, STARTED, TASK_STAGE, _UNEXPLAINED,
-                                              _dispatchers)
+                                              _dispatchers, _loaded)
 from mpcompat.workers.user_frames import explained, without_own_frames
 
 __all__ = ["GRACE", "MIN_FAILURES", "Dispatcher", "hooks", "say_memory"]
@@ -879,7 +879,7 @@ def hooks(original, module):
                 maxtasksperchild, wrap_exception)
         dispatcher.maxtasks = maxtasksperchild
         # The OOM counters read once for the workers started, where the exit evidence reads them
-        evidence = sys.modules.get("mpcompat.child_failures.memory_evidence")
+        evidence = _loaded("mpcompat.child_failures.memory_evidence")
         with evidence.batch() if evidence else contextlib.nullcontext():
             for _ in range(processes - len(pool)):
                 if dispatcher.broken is not None or dispatcher.terminated:
