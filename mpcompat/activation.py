@@ -442,12 +442,15 @@ def first_use_stub(owner, name, module_name):
 
     def first_use(*args, **kwargs):
         try:
-            if fired:  # reached again through a wrapper somebody made around the stub
-                return function(*args, **kwargs)
-            _first_use(module_name)
-            fired.append(True)
+            if not fired:
+                _first_use(module_name)
+                fired.append(True)
             current = owner.__dict__.get(name)
-            if current is stub:  # still ours (the patch declined): the original
+            # Still ours (the patch declined), or reached again from what is there now (a
+            # wrapper somebody made around the stub): the original. Else a thread that looked
+            # the stub up before its first use put the patch on: what is there now.
+            if current is stub or _called_from(getattr(getattr(current, "__func__", current),
+                                                       "__code__", None)):
                 return function(*args, **kwargs)
             if function is original:
                 return getattr(owner, name)(*args, **kwargs)
@@ -459,8 +462,24 @@ def first_use_stub(owner, name, module_name):
     for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
         setattr(first_use, attr, getattr(function, attr))
     first_use.__wrapped__, first_use.mpcompat_first_use = function, True
+    # What Patcher sees through (a patch applied over the stub wraps the original); itself
+    # first, as a wrapper made with functools.wraps copies it.
+    first_use.mpcompat_original = (first_use, original)
     stub = first_use if function is original else classmethod(first_use)
     return stub
+
+
+def _called_from(code, depth=16):
+    """Whether a caller of the stub that calls this (up to ``depth`` frames out) runs ``code``
+    (True where there is none to look for)."""
+    if code is None:
+        return True
+    frame = sys._getframe(2)
+    while frame is not None and depth:
+        if frame.f_code is code:
+            return True
+        frame, depth = frame.f_back, depth - 1
+    return False
 
 
 def _first_use(module_name):
@@ -475,11 +494,13 @@ def _first_use(module_name):
         if _config["arm"] == "all" and (_early or _config["fired"]):
             _config["fired"], early = True, list(_early.values())
             _early.clear()
+            # Over the stubs, then the stubs left are taken out: a thread never finds the
+            # original between the two (it would start a child the patches never see).
+            declined = _apply_standard([module for module, _ in early])
             for _, stubs in early:
                 for owner, name, original, stub in stubs:
                     if owner.__dict__.get(name) is stub:  # what somebody set after us stays
                         setattr(owner, name, original)
-            declined = _apply_standard([module for module, _ in early])
     if early is None:
         ensure_armed().apply_deferred(module_name)
     elif declined:

@@ -128,7 +128,8 @@ class Patcher(object):
         return self.replace(owner, name, wrapt.FunctionWrapper(original, wrapper), target)
 
     def original(self, owner, name):
-        """What ``owner.name`` was before this patcher replaced it (what it is, otherwise)."""
+        """What ``owner.name`` was before this patcher replaced it (what it is, otherwise; for
+        a first-use stub of activation's, the original it stands for)."""
         with process_lock(self._locks):
             value = self._original(owner, name, False)
         if value is not _ABSENT:
@@ -163,10 +164,15 @@ class Patcher(object):
         return new
 
     def _original(self, owner, name, item):
-        """The first original while ours is in place, else what is there now."""
+        """The first original while ours is in place, else what is there now (see
+        :meth:`original`)."""
         value = _get(owner, name, item)
         record = self._records.get((id(owner), name, item))
-        return record[3] if record is not None and value is record[4] else value
+        if record is not None and value is record[4]:
+            return record[3]
+        function = getattr(value, "__func__", value)
+        stands_for = getattr(function, "mpcompat_original", None)
+        return stands_for[1] if type(stands_for) is tuple and stands_for[0] is function else value
 
 
 def _get(owner, name, item):

@@ -744,21 +744,20 @@ def _first_use_group(name):
 def apply_deferred(target=None):
     """Apply the patches deferred to a first use: those of ``target`` (a module name) and of
     the targets it goes with (``_WORKER_TARGETS``), or of every target, in table order, their
-    stubs taken out first (another thread calling a stub meanwhile waits for them)."""
+    stubs taken out after (another thread calling a stub meanwhile waits for them, even once
+    nothing is pending: the last may still be applying)."""
     _used[:] = [True]
-    if not _pending:
-        return
     group = None if target is None else _first_use_group(target)
     with process_lock(_locks):
         for name, pending in list(_pending.items()):
             if group is not None and _first_use_group(name) != group:
                 continue
             del _pending[name]
-            _stubs.restore(name)
-            for st in pending:
+            for st in pending:  # over the stubs (Patcher sees through them), which go after
                 module = st.applied.get(name)
                 if st.armed and module is not None:
                     _apply_deferred(st, module)
+            _stubs.restore(name)
 
 
 def _apply_deferred(st, module):

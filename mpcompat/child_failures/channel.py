@@ -98,10 +98,12 @@ _channel = _Channel()
 
 
 def listen():
-    """Before starting a child: open this process's channel if it has none. Never raises."""
+    """Before starting a child: open this process's channel and name its children's crash
+    files, where it has not. Never raises."""
     try:
         if _channel.owner != os.getpid():
             _open()
+        _prefix()
     except Exception:
         pass
 

@@ -81,6 +81,7 @@ import os
 import sys
 from types import SimpleNamespace
 
+from mpcompat.activation import process_lock
 from mpcompat.patcher import ExceptHooks, NotNeeded, Patcher, Skip
 
 # --- multiprocessing.failure_records: the parent's side ------------------------------------------
@@ -125,19 +126,27 @@ crash = SimpleNamespace(armed=None, user=False)
 watched = SimpleNamespace(armed=None)
 
 
+_first_start = {}  # pid -> the lock of the first start in that process (activation.process_lock)
+
+
 def _channel():
     """The parent's side (``mpcompat.child_failures.channel``), loaded and the channel opened
     by the first start in this process (or in a fork child that starts its own), or None where
     that failed."""
     if parent.pid != os.getpid():
-        parent.pid, parent.channel = os.getpid(), None
-        try:
-            from mpcompat.child_failures import channel
-            from mpcompat.workers import user_frames  # noqa: F401  (_drop_own_frames', anywhere)
-            channel.listen()
-            parent.channel = channel
-        except Exception:
-            pass
+        # Threads starting this process's first children at once: one opens the channel, the
+        # others wait for it (not start theirs without it).
+        with process_lock(_first_start):
+            if parent.pid != os.getpid():
+                opened = None
+                try:
+                    from mpcompat.child_failures import channel
+                    from mpcompat.workers import user_frames  # noqa: F401  (_drop_own_frames')
+                    channel.listen()
+                    opened = channel
+                except Exception:
+                    pass
+                parent.channel, parent.pid = opened, os.getpid()
     return parent.channel
 
 

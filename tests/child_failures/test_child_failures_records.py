@@ -5,9 +5,12 @@ Real child processes (fork, spawn, forkserver) record; the test process is their
 that need a process of their own (a fresh channel, TMPDIR, a faked platform) run a script in a
 child interpreter.
 """
+import json
 import multiprocessing
 import multiprocessing.connection
 import os
+import subprocess
+import sys
 import time
 import types
 
@@ -16,6 +19,9 @@ import pytest
 import child_failures_helpers as h
 from mpcompat.child_failures import channel
 from testenv import child_env, run_python
+
+FIRST_STARTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "startup", "scripts", "first_starts.py")
 
 METHODS = ["fork", "spawn", "forkserver"]
 
@@ -135,3 +141,21 @@ def test_failing_children_and_a_pool_that_recovers_leave_nothing_behind(tmp_path
     # The parent named the cause once (all hundred children failed alike).
     assert result.stderr.count("MpcompatWarning: mpcompat: Process 'ForkProcess-") == 1, \
         result.stderr
+
+
+
+def test_threads_starting_the_first_children_at_once_start_each_with_its_channel():
+    """8 threads start the process's first children at once: each child is started with its
+    crash file named and its pid told to the channel (``first_starts.py``). A thread used to
+    find the channel being opened by another and start its child without it (7 of 8 children,
+    every time), or to find the standard library's ``start`` between a first-use stub taken out
+    and the patch put on, or a stub whose first use was done while another thread still applied
+    the patches (1 child of 8 in 9 of 30 processes). Repeated in 8 fresh processes;
+    ``tests/startup`` runs it where the wheel is installed (no patch manager)."""
+    for run in range(8):
+        proc = subprocess.run([sys.executable, FIRST_STARTS], env=child_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        known, codes = json.loads(proc.stdout.splitlines()[-1])
+        assert known == [True] * 8 and codes == [3] * 8, (run, known, codes, proc.stderr)

@@ -5,6 +5,7 @@ Torch-free and library-free: the patches under test are entries added to mpcompa
 ``tests/patchkit``. Tests with the real nuscenes-devkit patches live in ``tests/old_stack``.
 """
 import importlib
+import json
 import platform
 import subprocess
 import sys
@@ -356,6 +357,40 @@ def test_a_patch_declining_at_its_first_use_is_said_at_the_users_line():
         "<string>:6: MpcompatWarning: mpcompat: patch 'multiprocessing.pickling_notes' "
         "skipped on Python %s: multiprocessing.reduction has no dump()" % PYTHON), proc.stderr
     assert proc.stderr.count("MpcompatWarning") == 1, proc.stderr
+
+
+_WRAPPED_STUB = """import functools, json, multiprocessing, os
+import mpcompat
+from multiprocessing import process
+from mpcompat.patches import mp_children
+stub, calls = process.BaseProcess.__dict__["start"], []
+assert stub.mpcompat_first_use  # put on as multiprocessing was imported, not fired yet
+
+@functools.wraps(stub)
+def start(self):  # a library's wrapper, made around the stub
+    calls.append(self.name)
+    return stub(self)
+process.BaseProcess.start = start
+children = [multiprocessing.get_context("fork").Process(target=os._exit, args=(3,), name=str(n))
+            for n in range(3)]
+for child in children:
+    child.start()
+    child.join()
+print(json.dumps([calls, [c.exitcode for c in children],
+                  [mp_children.CRASH_KEY in c._config for c in children]]))
+"""
+
+
+def test_a_wrapper_made_around_a_first_use_stub_runs_once_per_call_over_the_patch():
+    """A library wraps ``Process.start`` after the stub went on: its first call applies the
+    patch over the wrapper, which later calls run once, then the original through the stub
+    (no endless recursion); each child is started through the patch. (The first call runs the
+    wrapper twice: it reached the stub before the patch was there.)"""
+    proc = run_python(_WRAPPED_STUB)
+    assert proc.returncode == 0, proc.stderr
+    calls, codes, patched = json.loads(proc.stdout)
+    assert calls == ["0", "0", "1", "2"] and codes == [3, 3, 3] and patched == [True] * 3, \
+        proc.stdout
 
 
 def test_disabled_patches_from_the_environment(add_patch, monkeypatch):
