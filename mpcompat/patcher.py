@@ -92,6 +92,7 @@ class NotNeeded(Skip):
 
 
 _ABSENT = object()
+_FUNCTION = type(implementation)
 
 
 class Patcher(object):
@@ -170,8 +171,11 @@ class Patcher(object):
         record = self._records.get((id(owner), name, item))
         if record is not None and value is record[4]:
             return record[3]
-        function = getattr(value, "__func__", value)
-        stands_for = getattr(function, "mpcompat_original", None)
+        # (no getattr of what a plain function lacks: each raises inside, and this runs for
+        # every replacement a patch makes, in every worker)
+        function = value.__func__ if type(value) is classmethod else value
+        stands_for = function.__dict__.get("mpcompat_original") if type(
+            function) is _FUNCTION else None
         return stands_for[1] if type(stands_for) is tuple and stands_for[0] is function else value
 
 
