@@ -407,7 +407,7 @@ def _stub_early(module):
         _early[module.__name__] = (module, stubs)  # (a module executed again: the new one)
         for owner, name, _ in spots:
             original = owner.__dict__[name]
-            if not getattr(original, "mpcompat_first_use", False):
+            if stands_for(original) is None:
                 stub = first_use_stub(owner, name, module.__name__)
                 setattr(owner, name, stub)
                 stubs.append((owner, name, original, stub))
@@ -462,11 +462,18 @@ def first_use_stub(owner, name, module_name):
     for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
         setattr(first_use, attr, getattr(function, attr))
     first_use.__wrapped__, first_use.mpcompat_first_use = function, True
-    # What Patcher sees through (a patch applied over the stub wraps the original); itself
-    # first, as a wrapper made with functools.wraps copies it.
-    first_use.mpcompat_original = (first_use, original)
+    first_use.mpcompat_original = (first_use, original)  # itself first: see stands_for()
     stub = first_use if function is original else classmethod(first_use)
     return stub
+
+
+def stands_for(value):
+    """The original that ``value`` stands for where it is a first-use stub (a patch applied
+    over a stub wraps that original), else None. A wrapper made with ``functools.wraps``
+    copies a stub's attributes, not its identity: it is none."""
+    function = value.__func__ if type(value) is classmethod else value
+    pair = function.__dict__.get("mpcompat_original") if type(function) is _FUNCTION else None
+    return pair[1] if type(pair) is tuple and pair[0] is function else None
 
 
 def _called_from(code, depth=16):

@@ -11,7 +11,7 @@ only starts processes or makes a Pool never loads (pay on failure: it loads for 
 """
 import sys
 
-from mpcompat.activation import process_lock
+from mpcompat.activation import process_lock, stands_for
 
 _CHILDREN = "mpcompat.patches.mp_children:"
 # The always-on patches of each of activation.EARLY_FIRST_USES, in the table's order: (name,
@@ -92,7 +92,6 @@ class NotNeeded(Skip):
 
 
 _ABSENT = object()
-_FUNCTION = type(implementation)
 
 
 class Patcher(object):
@@ -171,12 +170,8 @@ class Patcher(object):
         record = self._records.get((id(owner), name, item))
         if record is not None and value is record[4]:
             return record[3]
-        # (no getattr of what a plain function lacks: each raises inside, and this runs for
-        # every replacement a patch makes, in every worker)
-        function = value.__func__ if type(value) is classmethod else value
-        stands_for = function.__dict__.get("mpcompat_original") if type(
-            function) is _FUNCTION else None
-        return stands_for[1] if type(stands_for) is tuple and stands_for[0] is function else value
+        original = stands_for(value)
+        return value if original is None else original
 
 
 def _get(owner, name, item):

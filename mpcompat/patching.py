@@ -33,7 +33,8 @@ from _thread import start_new_thread
 from itertools import takewhile
 
 # (activation imports this module when it first needs it: activation is complete by then)
-from mpcompat.activation import child_starting, first_use_spots, first_use_stub, process_lock
+from mpcompat.activation import (child_starting, first_use_spots, first_use_stub, process_lock,
+                                 stands_for)
 from mpcompat.patcher import NotNeeded, Patcher, Skip, implementation
 
 
@@ -714,7 +715,7 @@ def _defer(st, module, entries):
             if st not in _pending[module.__name__]:
                 _pending[module.__name__].append(st)
             for owner, name, path in spots:
-                if not getattr(owner.__dict__[name], "mpcompat_first_use", False):
+                if stands_for(owner.__dict__[name]) is None:
                     _stubs.replace(owner, name, first_use_stub(owner, name, module.__name__),
                                    module.__name__)
     if not later:

@@ -372,24 +372,32 @@ def start(self):  # a library's wrapper, made around the stub
     return stub(self)
 process.BaseProcess.start = start
 children = [multiprocessing.get_context("fork").Process(target=os._exit, args=(3,), name=str(n))
-            for n in range(3)]
-for child in children:
+            for n in range(4)]
+for child in children[:3]:
     child.start()
     child.join()
+mpcompat.deactivate()  # the patch goes, the library's wrapper stays
+assert process.BaseProcess.__dict__["start"] is start
+mpcompat.activate()  # the patch at once (a first use has come), over the wrapper
+assert process.BaseProcess.__dict__["start"].__wrapped__ is start
+children[3].start()
+children[3].join()
 print(json.dumps([calls, [c.exitcode for c in children],
                   [mp_children.CRASH_KEY in c._config for c in children]]))
 """
 
 
 def test_a_wrapper_made_around_a_first_use_stub_runs_once_per_call_over_the_patch():
-    """A library wraps ``Process.start`` after the stub went on: its first call applies the
-    patch over the wrapper, which later calls run once, then the original through the stub
-    (no endless recursion); each child is started through the patch. (The first call runs the
-    wrapper twice: it reached the stub before the patch was there.)"""
+    """A library wraps ``Process.start`` after the stub went on (``functools.wraps``, which
+    copies the stub's attributes): its first call applies the patch over the wrapper, which
+    later calls run once, then the original through the stub (no endless recursion); each
+    child is started through the patch. Deactivated and activated again, the wrapper stays
+    and the patch goes on over it again. (The first call runs the wrapper twice: it reached
+    the stub before the patch was there.)"""
     proc = run_python(_WRAPPED_STUB)
     assert proc.returncode == 0, proc.stderr
     calls, codes, patched = json.loads(proc.stdout)
-    assert calls == ["0", "0", "1", "2"] and codes == [3, 3, 3] and patched == [True] * 3, \
+    assert calls == ["0", "0", "1", "2", "3"] and codes == [3] * 4 and patched == [True] * 4, \
         proc.stdout
 
 
