@@ -7,7 +7,8 @@ only starts processes or makes a Pool never loads (pay on failure: it loads for 
 - ``Patcher`` is the one way a patch changes a library (gevent.monkey's saved originals):
   replace an attribute or a registry's item, remember the original, put it back only where ours
   is still in place. Threads may apply and revert one patch at once: each change is made under
-  the patcher's lock.
+  the patcher's lock. A first-use stub of activation's counts as the original it stands for: a
+  patch applies over it, so that no thread finds the bare original in between.
 """
 import sys
 
