@@ -442,15 +442,16 @@ def first_use_stub(owner, name, module_name):
 
     def first_use(*args, **kwargs):
         try:
-            if not fired:
+            later = bool(fired)
+            if not later:
                 _first_use(module_name)
                 fired.append(True)
             current = owner.__dict__.get(name)
-            # Still ours (the patch declined), or reached again from what is there now (a
-            # wrapper somebody made around the stub): the original. Else a thread that looked
-            # the stub up before its first use put the patch on: what is there now.
-            if current is stub or _called_from(getattr(getattr(current, "__func__", current),
-                                                       "__code__", None)):
+            # Still ours (the patch declined): the original. A later call comes from what is
+            # there now (a wrapper somebody made around the stub: the original), or from a
+            # thread that looked the stub up before the patch went on (what is there now).
+            if current is stub or later and _called_from(
+                    getattr(getattr(current, "__func__", current), "__code__", None)):
                 return function(*args, **kwargs)
             if function is original:
                 return getattr(owner, name)(*args, **kwargs)
@@ -462,18 +463,24 @@ def first_use_stub(owner, name, module_name):
     for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
         setattr(first_use, attr, getattr(function, attr))
     first_use.__wrapped__, first_use.mpcompat_first_use = function, True
-    first_use.mpcompat_original = (first_use, original)  # itself first: see stands_for()
+    first_use.mpcompat_original = original
     stub = first_use if function is original else classmethod(first_use)
     return stub
 
 
+# The code every stub runs: what tells one (a wrapper made with functools.wraps copies a
+# stub's attributes, not its code).
+_STUB_CODE = next(c for c in first_use_stub.__code__.co_consts if getattr(c, "co_name", "")
+                  == "first_use")
+
+
 def stands_for(value):
     """The original that ``value`` stands for where it is a first-use stub (a patch applied
-    over a stub wraps that original), else None. A wrapper made with ``functools.wraps``
-    copies a stub's attributes, not its identity: it is none."""
+    over a stub wraps that original), else None."""
     function = value.__func__ if type(value) is classmethod else value
-    pair = function.__dict__.get("mpcompat_original") if type(function) is _FUNCTION else None
-    return pair[1] if type(pair) is tuple and pair[0] is function else None
+    if type(function) is _FUNCTION and function.__code__ is _STUB_CODE:
+        return function.mpcompat_original
+    return None
 
 
 def _called_from(code, depth=16):
