@@ -37,9 +37,9 @@ def case(name, n):
         with multiprocessing.get_context("fork").Pool(2, maxtasksperchild=1) as pool:
             pool.map(abs, range(n), chunksize=1)
     elif name == "snapshot":  # what each start adds: the counters read
-        from mpcompat.child_failures import memory_evidence
+        from mpcompat.child_failures import channel
         for _ in range(n):
-            memory_evidence.snapshot()
+            channel.snapshot()
     else:  # "process-fork", "process-forkserver": start and join, in a row
         context = multiprocessing.get_context(name.split("-")[1])
         for _ in range(n):

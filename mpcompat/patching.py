@@ -247,7 +247,8 @@ PATCHES = (
               summary="'Cannot re-initialize CUDA in forked subprocess' names where the parent "
                       "started CUDA, where the child touched it, where it was forked, the fix"),
     PatchSpec("torch.worker_temp_dir", targets=("torch.utils.data.dataloader",),
-              distributions=TORCH, supported=TORCH_TESTED, impl=IMPL + "torch_worker_temp_dir",
+              distributions=TORCH, supported=TORCH_TESTED,
+              impl=IMPL + "torch_dataloader_workers:worker_temp_dir",
               first_use={"torch.utils.data.dataloader": (LOADER_ITER_INIT,)},
               summary="DataLoader workers keep their temporary files in the parent's temporary "
                       "directory: a killed worker leaves nothing behind"),

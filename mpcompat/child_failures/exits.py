@@ -5,8 +5,8 @@ by the user's thread as the Pool or executor is made: plain formatting, no impor
 
 - The exit code or signal by name; what an exit code means where Python defines it.
 - A SIGKILL: whether the kernel's OOM killer sent it (:func:`oom_verdict`: the kernel log, else
-  the counters :mod:`.memory_evidence` read as the worker started and ended), the limit hit and
-  the worker's peak memory; for a DataLoader worker whose private memory mpcompat read growing,
+  the counters :mod:`.channel` read as the worker started and ended), the limit hit and the
+  worker's peak memory; for a DataLoader worker whose private memory mpcompat read growing,
   that growth and what it copied (``mpcompat.diagnose.dataset_growth``).
 - A native crash: the worker's Python stack at the crash, read from the file the patch
   ``multiprocessing.failure_records`` had faulthandler write (:func:`crash_lines`); for a SIGBUS,
@@ -23,7 +23,7 @@ import sys
 import time
 
 from mpcompat.activation import imported
-from mpcompat.child_failures import channel, memory_evidence
+from mpcompat.child_failures import channel
 
 _RECORDS = "mpcompat.patches.mp_children"  # a child's own crash file (loaded where armed)
 
@@ -119,7 +119,7 @@ def _exit_code_line(code, record, pid):
                 "sys.stdout or sys.stderr at exit raised (a closed pipe, a full disk); the work "
                 "before it had finished.")
     if code == 255:
-        forkserver = pid is not None and memory_evidence.peak(pid)[1] == "the forkserver"
+        forkserver = pid is not None and channel.peak(pid)[1] == "the forkserver"
         return ("Exit code 255: it exited with -1 (sys.exit(-1), os._exit(-1) or a C "
                 "library's exit(-1): an exit status is 0-255, so -1 reads 255)%s." % (
                     ", or the forkserver that started it could not read its status (it says "
@@ -147,7 +147,7 @@ def _sigkill_lines(pid):
                  + ". Evidence: %s." % verdict.evidence]
         if verdict.limit:
             lines.append("The limit it hit: %s." % verdict.limit)
-    peak, reaper = memory_evidence.peak(pid)
+    peak, reaper = channel.peak(pid)
     if peak is not None:
         lines.append("Its peak resident memory: %s (ru_maxrss, as %s reaped it)." % (
             size(peak), reaper))
@@ -197,7 +197,7 @@ def oom_verdict(pid):
     """:class:`Verdict`: did the kernel's OOM killer kill process ``pid`` (which died of SIGKILL)?
     The kernel log first (it names the pid), else the counters. Read once per reaped worker
     (the kernel log is long)."""
-    worker = memory_evidence.workers.get(pid)
+    worker = channel.workers.get(pid)
     if worker is not None and worker.verdict is not None:
         return worker.verdict
     verdict = _verdict(pid, worker)
@@ -218,7 +218,7 @@ def _verdict(pid, worker):
                              "multiprocessing.exit_evidence off, or it started before mpcompat "
                              "was active), and the kernel log is %s" % (
                                  "not readable here" if log is None else "empty"))
-    return _from_counters(worker.before, worker.after or memory_evidence.counters())
+    return _from_counters(worker.before, worker.after or channel.counters())
 
 
 def _from_log(pid, since, log):
@@ -294,7 +294,7 @@ def _cgroup_limit(version, directory):
     """The memory limit of a cgroup, said with the file it comes from, or the machine's."""
     name = "memory.limit_in_bytes" if version == 1 else "memory.max"
     try:
-        text = memory_evidence.read(os.path.join(directory, name)).decode(
+        text = channel.read(os.path.join(directory, name)).decode(
             "ascii", "replace").strip()
     except OSError:
         text = ""
@@ -304,7 +304,7 @@ def _cgroup_limit(version, directory):
 
 
 def _machine_memory():
-    total = memory_evidence.field("/proc/meminfo", b"MemTotal:")
+    total = channel.field("/proc/meminfo", b"MemTotal:")
     return "the machine's memory, %s (MemTotal)" % size(total * 1024) if total else \
         "the machine's memory"
 

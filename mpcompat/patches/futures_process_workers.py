@@ -71,8 +71,9 @@ def _start_manager(original):
     @functools.wraps(original)
     def _start_executor_manager_thread(self, *args, **kwargs):
         # What the manager thread needs, before it starts: the user's thread (the fork rule).
-        from mpcompat.child_failures import exits, memory_evidence  # noqa: F401
-        with memory_evidence.batch():  # the workers it starts (fork) share one reading
+        from mpcompat.child_failures import channel, exits  # noqa: F401
+        from mpcompat.workers import user_frames  # noqa: F401  (its starts' and joins' errors)
+        with channel.batch():  # the workers it starts (fork) share one reading
             return original(self, *args, **kwargs)
     return _start_executor_manager_thread
 

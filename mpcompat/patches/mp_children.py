@@ -58,7 +58,7 @@ script's own ``import mpcompat``), a chained ``sys.excepthook`` does that instea
 :mod:`mpcompat.child_failures.spawn_child`'s, loaded when a child fails.
 
 ``multiprocessing.exit_evidence``: what the kernel measured of each child's end, for the
-reports of dead workers (``mpcompat.child_failures.memory_evidence``, said by ``.exits``).
+reports of dead workers (``mpcompat.child_failures.channel``, said by ``.exits``).
 
 ``popen_fork.Popen`` (spawn's and forkserver's derive from it): ``__init__`` reads the OOM kill
 counters just before the child starts; ``poll`` reaps with ``os.wait4`` instead of
@@ -79,9 +79,10 @@ import functools
 import io
 import os
 import sys
+import threading
 from types import SimpleNamespace
 
-from mpcompat.activation import process_lock
+from mpcompat.activation import imported, process_lock
 from mpcompat.patcher import ExceptHooks, NotNeeded, Patcher, Skip
 
 # --- multiprocessing.failure_records: the parent's side ------------------------------------------
@@ -110,6 +111,7 @@ _TORCH_SIGNALS = "torch.utils.data._utils.signal_handling"
 # Written (zeros) into each crash file as the child starts: a crash that comes when /dev/shm is
 # full (the very SIGBUS of shared memory running out) still has room for its stack.
 _RESERVED = bytes(8192)
+_USER_FRAMES = "mpcompat.workers.user_frames"
 
 # The parent's side, loaded by the first start in this process (pid): the channel module.
 parent = SimpleNamespace(pid=None, channel=None)
@@ -141,7 +143,6 @@ def _channel():
                 opened = None
                 try:
                     from mpcompat.child_failures import channel
-                    from mpcompat.workers import user_frames  # noqa: F401  (_drop_own_frames')
                     channel.listen()
                     opened = channel
                 except Exception:
@@ -151,10 +152,19 @@ def _channel():
 
 
 def _drop_own_frames(exc):
-    """``user_frames.drop_own_frames``: loaded already where a child was started (a helper
-    thread imports nothing)."""
-    from mpcompat.workers.user_frames import drop_own_frames
-    drop_own_frames(exc)
+    """``user_frames.drop_own_frames``, loaded at the first error (pay on failure) in the thread
+    that starts or joins a child. A thread of multiprocessing's or concurrent.futures' (a Pool's,
+    an executor's) imports nothing (the fork rule): its patch loaded it as the Pool or the
+    executor was made, or its error keeps these frames."""
+    user_frames, finished = imported(_USER_FRAMES)
+    if user_frames is None or not finished:
+        thread = threading.current_thread()
+        owner = getattr(getattr(thread, "_target", None), "__module__", None) or \
+            type(thread).__module__
+        if owner.startswith(("multiprocessing.", "concurrent.futures.")):
+            return
+        from mpcompat.workers import user_frames
+    user_frames.drop_own_frames(exc)
 
 
 def _start(original):
@@ -585,7 +595,7 @@ def _revert_bootstrap(module):
 evidence_patcher = Patcher()
 _WAITID = hasattr(os, "waitid") and hasattr(os, "WNOWAIT")
 _ENDED = os.WEXITED | os.WNOHANG | getattr(os, "WNOWAIT", 0) if _WAITID else 0
-_evidence = []  # memory_evidence, loaded by the first start
+_evidence = []  # child_failures.channel, loaded by the first start
 
 
 def _init(original):
@@ -593,8 +603,8 @@ def _init(original):
     def __init__(self, *args, **kwargs):
         if not _evidence:  # the first start: the user's thread
             import resource  # noqa: F401  (os.wait4 imports it at its first call)
-            from mpcompat.child_failures import memory_evidence
-            _evidence.append(memory_evidence)
+            from mpcompat.child_failures import channel
+            _evidence.append(channel)
         evidence = _evidence[0]
         try:
             before = evidence.snapshot()
@@ -603,8 +613,7 @@ def _init(original):
         try:
             original(self, *args, **kwargs)
         except BaseException as exc:
-            from mpcompat.workers.user_frames import drop_own_frames  # loaded by the start
-            drop_own_frames(exc)
+            _drop_own_frames(exc)
             raise
         evidence.started(self.pid, before)
     return __init__

@@ -8,7 +8,7 @@ exit code or signal) and the error it recorded; so does the "is killed by signal
 torch's SIGCHLD handler (``signal_handling._error_if_any_worker_fails``, which the handler looks
 up at each call) where it raises outside ``_try_get_data``: the handler runs wherever the main
 thread is (the loop's body, ``_process_data``). Its ``__init__`` (``iter()``) starts the workers
-with one reading of the OOM kill counters for all (``memory_evidence.batch``), marks them as
+with one reading of the OOM kill counters for all (``channel.batch``), marks them as
 its workers, then keeps a sampler of their private memory (``mpcompat.workers.dataset_memory``),
 which ``_try_get_data`` runs every few seconds (a ``time.monotonic()`` per batch otherwise): a
 dataset that grows in every worker is named once.
@@ -17,10 +17,22 @@ What explains a failure (the explainer, the notes, how a worker ended) is loaded
 seen: in the worker's thread that hit it (its main thread, or the queue's feeder thread, which
 pickles batches: a DataLoader worker is daemonic and starts no child of its own), or in the
 main process's thread that iterates.
+
+Patch ``torch.worker_temp_dir`` (:data:`worker_temp_dir`, its own row of the table, here because
+it loads with the rest): DataLoader workers keep their temporary files in their parent's
+temporary directory, which the parent removes when it exits. A worker that sends a tensor
+through a file descriptor (torch's default sharing strategy) starts multiprocessing's
+``resource_sharer``, whose socket lives in the directory of ``util.get_temp_dir()``; a worker
+makes its own ``pymp-*`` directory for it and removes it when it exits normally, and a worker
+killed (SIGKILL, the OOM killer) leaves it behind. Made before the workers, the parent's
+directory is in the configuration each worker copies (fork) or receives (spawn, forkserver), so
+they use it, and the parent removes it.
 """
 import functools
 import sys
 import time
+from multiprocessing import util
+from types import SimpleNamespace
 
 from torch._utils import ExceptionWrapper  # loaded with torch, which imports this module
 
@@ -178,8 +190,8 @@ def _report(exc, idx, data, worker_id, pickler):
 def _starting_workers(original):
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):
-        from mpcompat.child_failures import memory_evidence  # iter(), in the user's thread
-        with memory_evidence.batch():
+        from mpcompat.child_failures import channel  # iter(), in the user's thread
+        with channel.batch():
             original(self, *args, **kwargs)
         try:
             loader = {"workers": getattr(self, "_num_workers", None),
@@ -293,3 +305,39 @@ def _add_shm_lines(wrapper, loader_iter):
                 lines) + "\n"
     except Exception:
         pass
+
+
+# --- patch torch.worker_temp_dir ---------------------------------------------------------------
+
+temp_dir_patcher = Patcher()
+
+
+def _sharing_temp_dir(original):
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        try:
+            util.get_temp_dir()  # the workers made next copy the parent's configuration
+        except Exception:
+            pass
+        try:
+            return original(self, *args, **kwargs)
+        except BaseException as exc:  # a worker that fails to start: the user's frames
+            from mpcompat.workers.user_frames import drop_own_frames
+            drop_own_frames(exc)
+            raise
+    return __init__
+
+
+def _apply_temp_dir(module):
+    """Wrap ``_MultiProcessingDataLoaderIter.__init__`` of ``module``
+    (``torch.utils.data.dataloader``)."""
+    import shutil  # noqa: F401  get_temp_dir imports them: here, not later (the fork rule)
+    import tempfile  # noqa: F401
+    cls = getattr(module, "_MultiProcessingDataLoaderIter", None)
+    if not isinstance(cls, type) or "__init__" not in cls.__dict__:
+        raise Skip("torch.utils.data.dataloader has no _MultiProcessingDataLoaderIter.__init__")
+    temp_dir_patcher.replace(cls, "__init__",
+                             _sharing_temp_dir(temp_dir_patcher.original(cls, "__init__")))
+
+
+worker_temp_dir = SimpleNamespace(apply=_apply_temp_dir, revert=temp_dir_patcher.restore)

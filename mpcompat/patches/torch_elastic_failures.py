@@ -70,8 +70,8 @@ def cause_lines(failure):
     says (the agent stops the ranks left with SIGTERM when one fails)."""
     from mpcompat.child_failures.exits import dead_lines, describe_exit
     if _agent:
-        from mpcompat.child_failures import memory_evidence
-        memory_evidence.assume_started(failure.pid, _agent[0])
+        from mpcompat.child_failures import channel
+        channel.assume_started(failure.pid, _agent[0])
     ended = describe_exit(failure.exitcode, failure.pid)
     more = dead_lines(failure.exitcode, None, pid=failure.pid)
     if failure.exitcode < 0 and not more and ended.startswith("killed by signal "):
@@ -161,11 +161,11 @@ def apply(module):
     if error is None or not callable(error.__dict__.get("format_msg")):
         raise Skip("torch's ChildFailedError has no format_msg()")
     if "TORCHELASTIC_ERROR_FILE" not in os.environ:  # not in a rank: maybe the agent
-        from mpcompat.child_failures import channel, memory_evidence
+        from mpcompat.child_failures import channel
         channel.share_with_children()
         # Its ranks end with it (mp_children.arm_inherited: PR_SET_PDEATHSIG).
         os.environ[AGENT_ENV] = str(os.getpid())
-        _agent[:] = [memory_evidence.snapshot()]
+        _agent[:] = [channel.snapshot()]
     patcher.replace(cls, "__post_init__", _post_init(patcher.original(cls, "__post_init__")),
                     target=module.__name__)
     patcher.replace(error, "format_msg", _format_msg(patcher.original(error, "format_msg")),

@@ -27,7 +27,7 @@ import sys
 import time
 import weakref
 
-from mpcompat.child_failures import memory_evidence  # loaded with the iterator's __init__
+from mpcompat.child_failures import channel  # loaded with the iterator's __init__
 
 INTERVAL = 2.0            # seconds between two readings of a worker, at least,
 COST_SHARE = 0.01         # and long enough that reading takes at most this share of the time
@@ -166,7 +166,7 @@ def private_memory(pid, files=("smaps_rollup", "smaps")):
     for name in files:
         try:
             if name == "smaps_rollup":
-                data = memory_evidence.read("/proc/%d/smaps_rollup" % pid)
+                data = channel.read("/proc/%d/smaps_rollup" % pid)
             else:
                 with open("/proc/%d/%s" % (pid, name), "rb") as fh:  # long: no short read
                     data = fh.read()
@@ -209,7 +209,7 @@ def grew(pid):
     worker = readings.get(pid)
     if worker is None or worker.count < 2:
         return None
-    started = memory_evidence.workers.get(pid)
+    started = channel.workers.get(pid)
     if started is not None and started.since > worker.since:
         return None  # the pid of a later process
     floor = max(GROWTH_MIN, GROWTH_SHARE * worker.sampler.resident)
@@ -264,22 +264,22 @@ def ranks():
 def memory_limit():
     """(bytes, what it is) of the memory this process may use: its memory cgroup's limit,
     else the machine's (MemTotal); None if neither can be read."""
-    cgroup = memory_evidence.memory_cgroup()
+    cgroup = channel.memory_cgroup()
     if cgroup is not None:
         name = "memory.limit_in_bytes" if cgroup[1] == 1 else "memory.max"
         try:
-            text = memory_evidence.read(os.path.join(cgroup[2], name)).strip()
+            text = channel.read(os.path.join(cgroup[2], name)).strip()
         except OSError:
             text = b""
         if text.isdigit() and int(text) < 1 << 60:
             return int(text), "the limit of memory cgroup %s (%s)" % (cgroup[2], name)
-    total = memory_evidence.field("/proc/meminfo", b"MemTotal:")
+    total = channel.field("/proc/meminfo", b"MemTotal:")
     return (total * 1024, "the machine's memory (MemTotal)") if total else None
 
 
 def _resident():
     """This process's resident memory in bytes (``/proc/self/statm``), or 0."""
     try:
-        return int(memory_evidence.read("/proc/self/statm").split()[1]) * _PAGE
+        return int(channel.read("/proc/self/statm").split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return 0

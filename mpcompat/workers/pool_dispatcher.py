@@ -879,7 +879,7 @@ def hooks(original, module):
                 maxtasksperchild, wrap_exception)
         dispatcher.maxtasks = maxtasksperchild
         # The OOM counters read once for the workers started, where the exit evidence reads them
-        evidence = _loaded("mpcompat.child_failures.memory_evidence")
+        evidence = _loaded("mpcompat.child_failures.channel")
         with evidence.batch() if evidence else contextlib.nullcontext():
             for _ in range(processes - len(pool)):
                 if dispatcher.broken is not None or dispatcher.terminated:

@@ -10,17 +10,17 @@ from testenv import child_env
 SCRIPT = """\
 import multiprocessing, os, sys
 import mpcompat
-from mpcompat.child_failures import memory_evidence
+from mpcompat.child_failures import channel
 
 
 def before(pid):
-    return memory_evidence.workers[pid].before
+    return channel.workers[pid].before
 
 
 def in_worker(_):
-    held = getattr(memory_evidence._held, "reading", None)
+    held = getattr(channel._held, "reading", None)
     # a reading the parent held as it forked this worker: never this process's
-    return held is None or memory_evidence.snapshot()[1] is not held[1]
+    return held is None or channel.snapshot()[1] is not held[1]
 
 
 if __name__ == "__main__":

@@ -169,6 +169,46 @@ def test_a_standard_patch_that_declines_without_the_manager_is_said_as_the_manag
     assert "mpcompat.patching" in lean["parent"]
 
 
+_FAILED_STARTS = r"""import multiprocessing, sys, threading, traceback
+import mpcompat
+OWN = "mpcompat.workers.user_frames"
+
+def start(process):
+    try:
+        process.start()
+    except AssertionError:  # started twice: raised by the standard library's start()
+        return [line for line in traceback.format_exc().splitlines() if "mpcompat" in line]
+
+def standard_library_thread(process):  # a thread of multiprocessing's (a Pool's), as they are
+    out.append(start(process))
+standard_library_thread.__module__ = "multiprocessing.pool"
+
+process = multiprocessing.get_context("fork").Process(target=int)
+process.start()
+process.join()
+print([process.exitcode, OWN in sys.modules])
+out = []
+thread = threading.Thread(target=standard_library_thread, args=(process,))
+thread.start()
+thread.join()
+print([bool(out[0]), OWN in sys.modules])
+print([start(process), OWN in sys.modules, sys.version_info >= (3, 11)])
+"""
+
+
+def test_what_drops_mpcompats_frames_loads_at_the_first_error_never_in_a_stdlib_thread(venv):
+    """A start that succeeds loads nothing that only explains a failure (the user's frames:
+    ``mpcompat.workers.user_frames``). A start that raises in the user's thread loads it, and
+    its traceback shows no frame of mpcompat's (from 3.11: before, a re-raise restores the
+    traceback it caught); in a thread of multiprocessing's (a Pool's helper threads, which
+    import nothing: the fork rule) it is not imported, and the error keeps the wrapper's
+    frame."""
+    started, in_stdlib_thread, (own_frames, loaded, dropped) = _modules(venv, _FAILED_STARTS)
+    assert started == [0, False]
+    assert in_stdlib_thread == [True, False]
+    assert loaded and (own_frames == [] or not dropped), own_frames
+
+
 def test_threads_starting_the_first_children_at_once_start_each_with_its_channel(installed):
     """As ``tests/child_failures`` checks it, where no patch manager loads: 8 threads start the
     first children at once (``first_starts.py``), and each child is started with its crash
