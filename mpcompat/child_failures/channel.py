@@ -659,15 +659,13 @@ def describe_records(records, what, tally=False):
         parts.append("\n".join(lines))
     return PREFIX + "\n\n".join(parts) if parts else None
 
-# --- what the kernel measures of a child's end (exit evidence) ---------------------------------
-# What the kernel measures of a worker's end (Linux), taken as it starts and as it is reaped:
-# the OOM kill counters and its peak resident memory; the verdict drawn from them is explaining,
-# exits' (oom_verdict). Counters: the oom_kill counter of the memory cgroup the worker started in
-# (v2 memory.events, v1 memory.oom_control) and /proc/vmstat's oom_kill, read as it starts
-# (snapshot(), once for the workers started together: batch) and, after a SIGKILL, as it is
-# reaped (reaped()). A counter names no pid. The peak resident memory is ru_maxrss, which
-# os.wait4 gives the parent that reaps it. Runs in the threads of Pools and executors that start
-# and reap workers (the fork rule): it imports nothing and takes no lock.
+
+# --- the exit evidence (Linux) ------------------------------------------------------------------
+# Counters: the oom_kill counter of the memory cgroup the worker started in (v2 memory.events,
+# v1 memory.oom_control) and /proc/vmstat's; a counter names no pid. The peak is ru_maxrss, which
+# os.wait4 gives the parent that reaps it. The verdict drawn from them is exits' (oom_verdict).
+# Runs in the threads of Pools and executors that start and reap workers (the fork rule): it
+# imports nothing and takes no lock.
 
 _KEPT = 10000            # workers remembered, newest kept
 _CHUNK = 32768           # bytes read at once: /proc/vmstat is 4-8 KB
