@@ -35,7 +35,9 @@ def status():
     return Status()
 
 
-from mpcompat.activation import activate, deactivate, is_active  # noqa: E402
-from mpcompat import activation  # noqa: E402
+# (Not "from mpcompat import ..." while this package is being imported: on Python 3.8 that takes
+# the package's import lock again, and a thread waiting for it meanwhile, one whose first import
+# of what pickles activates mpcompat, can spin in importlib forever: bpo-38091.)
+from mpcompat.activation import activate, activate_on_import, deactivate, is_active  # noqa
 
-activation.activate_on_import()
+activate_on_import()

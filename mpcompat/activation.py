@@ -20,7 +20,8 @@ import os
 import sys
 from _thread import RLock
 
-from mpcompat import rebuild_views
+# (mpcompat/__init__.py says why not "from mpcompat import rebuild_views")
+rebuild_views = __import__("mpcompat.rebuild_views", fromlist=["rebuild_dict_keys"])
 
 try:  # the C type itself: importing collections costs start-up time
     from _collections import OrderedDict
@@ -185,7 +186,7 @@ def _activate(patches, disabled_patches, how):
             _config["arm"] = "all"
             _start(how, targets)
         return
-    from mpcompat import patching
+    patching = __import__("mpcompat.patching", fromlist=["PATCHES"])  # (as rebuild_views)
     rows = patching.PATCHES  # read once: a test may swap in a table of its own
     known, names = [spec.name for spec in rows], patching.parse_names
     requested = set(known) if patches is None else names(patches, "patches", known)
@@ -248,7 +249,7 @@ def _arm(patching):
 
 def ensure_armed():
     """Arm the patches if mpcompat is active and not armed yet; return mpcompat.patching."""
-    from mpcompat import patching
+    patching = __import__("mpcompat.patching", fromlist=["PATCHES"])  # (as rebuild_views)
     if _config["arm"] is not None:
         with process_lock(_locks):  # bookkeeping only: nothing imported or applied under it
             if _config["arm"] is not None:
@@ -438,19 +439,21 @@ def first_use_stub(owner, name, module_name):
     original = owner.__dict__[name]
     # a classmethod's function; a bound method (forkserver's module-level functions) is called
     function = original.__func__ if isinstance(original, classmethod) else original
-    fired = []
+    fired, beneath = [], []  # beneath: the patched function, under a wrapper that replaced us
 
     def first_use(*args, **kwargs):
         try:
-            later = bool(fired)
-            if not later:
+            if not fired:
                 _first_use(module_name)
                 fired.append(True)
+            if beneath:  # somebody's wrapper replaced the stub before the patch went on
+                return beneath[0](*args, **kwargs)
             current = owner.__dict__.get(name)
-            # Still ours (the patch declined): the original. A later call comes from what is
-            # there now (a wrapper somebody made around the stub: the original), or from a
-            # thread that looked the stub up before the patch went on (what is there now).
-            if current is stub or later and _called_from(
+            # Still ours (the patch declined): the original. Else the call comes from what is
+            # there now (a wrapper somebody made around the stub, which the patch went over:
+            # the original), or from a caller that looked the stub up before the patch went
+            # on (what is there now).
+            if current is stub or _called_from(
                     getattr(getattr(current, "__func__", current), "__code__", None)):
                 return function(*args, **kwargs)
             if function is original:
@@ -463,7 +466,7 @@ def first_use_stub(owner, name, module_name):
     for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
         setattr(first_use, attr, getattr(function, attr))
     first_use.__wrapped__, first_use.mpcompat_first_use = function, True
-    first_use.mpcompat_original = original
+    first_use.mpcompat_original, first_use.mpcompat_beneath = original, beneath
     stub = first_use if function is original else classmethod(first_use)
     return stub
 
@@ -510,7 +513,8 @@ def _first_use(module_name):
             _early.clear()
             # Over the stubs, then the stubs left are taken out: a thread never finds the
             # original between the two (it would start a child the patches never see).
-            declined = _apply_standard([module for module, _ in early])
+            declined = _apply_standard([module for module, _ in early], [
+                (owner, name, stub) for _, stubs in early for owner, name, _, stub in stubs])
             for _, stubs in early:
                 for owner, name, original, stub in stubs:
                     if owner.__dict__.get(name) is stub:  # what somebody set after us stays
@@ -536,11 +540,11 @@ def _load_standard(targets):
     load_standard(targets)
 
 
-def _apply_standard(modules):
-    """``mpcompat.patcher.apply_standard``, under the lock (its modules loaded before it was
-    taken): records kept for the manager; whether one declined."""
-    from mpcompat.patcher import apply_standard
-    return apply_standard(modules, _standard)
+def _apply_standard(modules, stubs=()):
+    """``mpcompat.patcher.apply_standard`` over ``stubs``, under the lock (its modules loaded
+    before it was taken): records kept for the manager; whether one declined."""
+    from mpcompat.patcher import apply_standard, beneath_wrappers
+    return beneath_wrappers(stubs, lambda: apply_standard(modules, _standard))
 
 
 def child_starting():

@@ -83,6 +83,37 @@ def apply_standard(modules, records):
     return declined
 
 
+def beneath_wrappers(stubs, apply):
+    """Return ``apply()``, which applies patches over first-use ``stubs`` (``(owner, name,
+    stub)``). Where somebody's function replaced a stub before its first use (a wrapper made
+    around it: coverage's of ``BaseProcess._bootstrap``), the patch goes under it, as it would
+    have gone had it applied at import: the stub is put back while ``apply`` runs, theirs after,
+    and the stub calls what the patch put in its place (not the wrapper again, which called it).
+    Called under the lock the stubs wait for."""
+    replaced = []
+    for owner, name, stub in stubs:
+        value = owner.__dict__.get(name)
+        if value is not None and value is not stub:
+            setattr(owner, name, stub)
+            replaced.append((owner, name, stub, value))
+    try:
+        return apply()
+    finally:
+        for owner, name, stub, value in replaced:
+            patched = owner.__dict__.get(name)
+            setattr(owner, name, value)
+            if patched is not stub:
+                _function(stub).mpcompat_beneath[:] = [_function(patched)]
+                _beneath.append(_function(stub).mpcompat_beneath)
+
+
+_beneath = []  # the stubs' lists that hold a patched function (beneath_wrappers)
+
+
+def _function(value):
+    return value.__func__ if type(value) is classmethod else value
+
+
 class Skip(Exception):
     """Raised by a patch that declines to apply (the message says why): "skipped", with one
     warning per process tree."""
@@ -150,6 +181,14 @@ class Patcher(object):
                     del self._records[key]
                     if _get(owner, attr, item) is new:
                         _put(owner, attr, item, original)
+                    for beneath in _beneath:  # under a wrapper: its stub calls the original
+                        if beneath and beneath[0] is _function(new):
+                            del beneath[:]
+
+    def made(self, target):
+        """The ``(owner, name, replacement)`` triples made for ``target``."""
+        with process_lock(self._locks):
+            return [(r[0], r[1], r[4]) for r in self._records.values() if r[5] == target]
 
     def applied(self):
         """The ``(owner, name)`` pairs that hold a replacement of ours right now."""

@@ -35,7 +35,7 @@ from itertools import takewhile
 # (activation imports this module when it first needs it: activation is complete by then)
 from mpcompat.activation import (child_starting, first_use_spots, first_use_stub, process_lock,
                                  stands_for)
-from mpcompat.patcher import NotNeeded, Patcher, Skip, implementation
+from mpcompat.patcher import NotNeeded, Patcher, Skip, beneath_wrappers, implementation
 
 
 class PatchSpec(tuple):
@@ -755,10 +755,13 @@ def apply_deferred(target=None):
             if group is not None and _first_use_group(name) != group:
                 continue
             del _pending[name]
-            for st in pending:  # over the stubs (Patcher sees through them), which go after
-                module = st.applied.get(name)
-                if st.armed and module is not None:
-                    _apply_deferred(st, module)
+
+            def apply(name=name, pending=pending):
+                for st in pending:  # over the stubs (Patcher sees through them), which go after
+                    module = st.applied.get(name)
+                    if st.armed and module is not None:
+                        _apply_deferred(st, module)
+            beneath_wrappers(_stubs.made(name), apply)
             _stubs.restore(name)
 
 

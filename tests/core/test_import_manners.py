@@ -3,8 +3,11 @@ loader that passes isinstance() as the real one and reads the real one's files, 
 the real loader, a finder put in front of mpcompat's is reported (not hidden). Also pinned: what
 importlib.reload of mpcompat's rebuild modules does (breaks pickling views; see patches.md)."""
 import json
+import sys
 
-from testenv import run_python
+import pytest
+
+from testenv import child_env, run_python
 
 
 def _run(code):
@@ -145,3 +148,33 @@ def test_reloading_rebuild_views_makes_views_unpicklable():
     assert out["deactivated"] == "unregistered"
     # mpcompat.rebuild still hands rebuild_per_process out through its module __getattr__
     assert out["per_process"] == [True, False]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="from 3.12, importlib itself takes a "
+                    "package's lock again for each submodule imported while the package runs")
+def test_importing_mpcompat_never_takes_its_own_import_lock_again():
+    """While ``mpcompat`` is being imported, nothing it runs imports through the package itself
+    (``from mpcompat import x``, ``import mpcompat.x``), which makes importlib take the package's
+    module lock again (``_lock_unlock_module``): on Python 3.8, another thread waiting for that
+    lock meanwhile (one whose first ``import pickle`` activates mpcompat from the start-up hook)
+    can spin in importlib forever (bpo-38091; 2 hangs in 3,000 runs of
+    ``tests/startup/test_startup_lazy.py``'s race on 3.8 before, 0 after; fixed in 3.9's
+    importlib). Pinned for the activations that load the patch manager with the package: a
+    target imported first, a patch switched off."""
+    code = """if 1:
+    import importlib._bootstrap as bootstrap, json, os, sys
+    import multiprocessing.pool  # a target: the patch manager loads with mpcompat
+    taken, lock_unlock = [], bootstrap._lock_unlock_module
+    def recorded(name):
+        taken.append(name)
+        return lock_unlock(name)
+    bootstrap._lock_unlock_module = recorded  # what the import system calls, looked up each time
+    import mpcompat
+    bootstrap._lock_unlock_module = lock_unlock
+    print(json.dumps([mpcompat.is_active(), "mpcompat.patching" in sys.modules,
+                      [name for name in taken if name.startswith("mpcompat")]]))
+    """
+    assert _run(code) == [True, True, []]
+    proc = run_python(code, env=child_env(MPCOMPAT_DISABLED_PATCHES="torch.cuda_fork"))
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert json.loads(proc.stdout) == [True, True, []]

@@ -359,46 +359,63 @@ def test_a_patch_declining_at_its_first_use_is_said_at_the_users_line():
     assert proc.stderr.count("MpcompatWarning") == 1, proc.stderr
 
 
-_WRAPPED_STUB = """import functools, json, multiprocessing, os
+_WRAPPED_STUB = """import faulthandler, functools, json, multiprocessing, os, sys
 import mpcompat
 from multiprocessing import process
 from mpcompat.patches import mp_children
 stub, calls = process.BaseProcess.__dict__["start"], []
 assert stub.mpcompat_first_use  # put on as multiprocessing was imported, not fired yet
+boot_stub = process.BaseProcess.__dict__["_bootstrap"]
+read, write = os.pipe()
 
 @functools.wraps(stub)
 def start(self):  # a library's wrapper, made around the stub
     calls.append(self.name)
     return stub(self)
-process.BaseProcess.start = start
-children = [multiprocessing.get_context("fork").Process(target=os._exit, args=(3,), name=str(n))
-            for n in range(4)]
-for child in children[:3]:
-    child.start()
-    child.join()
-mpcompat.deactivate()  # the patch goes, the library's wrapper stays
+
+def _bootstrap(self, *args, **kwargs):  # coverage's kind: it starts measuring in each child
+    os.write(write, b"%s " % self.name.encode())
+    return boot_stub(self, *args, **kwargs)
+process.BaseProcess.start, process.BaseProcess._bootstrap = start, _bootstrap
+
+def child():  # armed by the patch of _bootstrap (its crash file), reached through the wrapper
+    os._exit(3 if faulthandler.is_enabled() else 4)
+children = [multiprocessing.get_context("fork").Process(target=child, name=str(n))
+            for n in range(5)]
+for each in children[:3]:
+    each.start()
+    each.join()
+mpcompat.deactivate()  # the patch goes, beneath the library's wrappers too, which stay
 assert process.BaseProcess.__dict__["start"] is start
-mpcompat.activate()  # the patch at once (a first use has come), over the wrapper
-assert process.BaseProcess.__dict__["start"].__wrapped__ is start
+assert process.BaseProcess.__dict__["_bootstrap"] is _bootstrap
 children[3].start()
 children[3].join()
-print(json.dumps([calls, [c.exitcode for c in children],
+mpcompat.activate()  # the patch at once (a first use has come), over the wrappers
+assert process.BaseProcess.__dict__["start"].__wrapped__ is start
+children[4].start()
+children[4].join()
+os.close(write)
+booted = os.read(read, 1000).decode().split()
+print(json.dumps([calls, booted, [c.exitcode for c in children],
                   [mp_children.CRASH_KEY in c._config for c in children]]))
 """
 
 
-def test_a_wrapper_made_around_a_first_use_stub_runs_once_per_call_over_the_patch():
-    """A library wraps ``Process.start`` after the stub went on (``functools.wraps``, which
-    copies the stub's attributes): its first call applies the patch over the wrapper, which
-    later calls run once, then the original through the stub (no endless recursion); each
-    child is started through the patch. Deactivated and activated again, the wrapper stays
-    and the patch goes on over it again. (The first call runs the wrapper twice: it reached
-    the stub before the patch was there.)"""
-    proc = run_python(_WRAPPED_STUB)
+@pytest.mark.parametrize("hang_dump", [None, "600"], ids=["activations-stubs", "managers-stubs"])
+def test_a_wrapper_made_around_a_first_use_stub_runs_once_per_call(hang_dump):
+    """A library wraps ``Process.start`` and ``_bootstrap`` after the stubs went on (each as
+    coverage's ``concurrency=multiprocessing`` does with ``_bootstrap``): the first call
+    applies the patches beneath the wrappers, as if they had applied at import, and each
+    wrapper runs once per call, the first included; in the fork children too, which inherit a
+    ``_bootstrap`` stub never called in the parent. Each child is started and armed through
+    the patches. Deactivated, the patches go, and the wrappers stay; activated again, the patch
+    goes on over them (no endless recursion through the stub they call). The stubs are activation's,
+    or the patch manager's where ``MPCOMPAT_HANG_DUMP`` has it load first."""
+    proc = run_python(_WRAPPED_STUB, env=child_env(MPCOMPAT_HANG_DUMP=hang_dump))
     assert proc.returncode == 0, proc.stderr
-    calls, codes, patched = json.loads(proc.stdout)
-    assert calls == ["0", "0", "1", "2", "3"] and codes == [3] * 4 and patched == [True] * 4, \
-        proc.stdout
+    calls, booted, codes, patched = json.loads(proc.stdout)
+    assert calls == booted == ["0", "1", "2", "3", "4"], proc.stdout
+    assert codes == [3, 3, 3, 4, 3] and patched == [True, True, True, False, True], proc.stdout
 
 
 def test_disabled_patches_from_the_environment(add_patch, monkeypatch):
