@@ -41,3 +41,4 @@ def status():
 from mpcompat.activation import activate, activate_on_import, deactivate, is_active  # noqa
 
 activate_on_import()
+del activate_on_import  # (not part of the API)
