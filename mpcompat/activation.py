@@ -513,16 +513,34 @@ def _first_use(module_name):
             _early.clear()
             # Over the stubs, then the stubs left are taken out: a thread never finds the
             # original between the two (it would start a child the patches never see).
-            declined = _apply_standard([module for module, _ in early], [
-                (owner, name, stub) for _, stubs in early for owner, name, _, stub in stubs])
-            for _, stubs in early:
-                for owner, name, original, stub in stubs:
-                    if owner.__dict__.get(name) is stub:  # what somebody set after us stays
-                        setattr(owner, name, original)
+            try:
+                declined = _apply_standard([module for module, _ in early], [
+                    (owner, name, stub) for _, stubs in early for owner, name, _, stub in stubs])
+                for _, stubs in early:
+                    for owner, name, original, stub in stubs:
+                        if owner.__dict__.get(name) is stub:  # what somebody set after us stays
+                            setattr(owner, name, original)
+            except BaseException:
+                _interrupted(early)
+                raise
     if early is None:
         ensure_armed().apply_deferred(module_name)
     elif declined:
         ensure_armed()
+
+
+def _interrupted(early):
+    """A first use cut short (a Ctrl-C: ``apply_standard`` stops only for what it cannot
+    catch): the targets whose stubs are still on wait for the next first use, which applies
+    their patches again (each is idempotent); their records so far go, so none counts twice."""
+    again = {}
+    for module, stubs in early:
+        left = [entry for entry in stubs if entry[0].__dict__.get(entry[1]) is entry[3]]
+        if left:
+            again[module.__name__] = (module, left)
+    kept = [record for record in _standard if record[1].__name__ not in again]
+    _standard[:] = kept
+    _early.update(again)
 
 
 def _standard_now(module):

@@ -761,7 +761,11 @@ def apply_deferred(target=None):
                     module = st.applied.get(name)
                     if st.armed and module is not None:
                         _apply_deferred(st, module)
-            beneath_wrappers(_stubs.made(name), apply)
+            try:
+                beneath_wrappers(_stubs.made(name), apply)
+            except BaseException:  # cut short (Ctrl-C): all of it again at the next first use
+                _pending[name] = pending
+                raise
             _stubs.restore(name)
 
 

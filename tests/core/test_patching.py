@@ -6,6 +6,7 @@ Torch-free and library-free: the patches under test are entries added to mpcompa
 """
 import importlib
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -359,10 +360,20 @@ def test_a_patch_declining_at_its_first_use_is_said_at_the_users_line():
     assert proc.stderr.count("MpcompatWarning") == 1, proc.stderr
 
 
-_WRAPPED_STUB = """import faulthandler, functools, json, multiprocessing, os, sys
+# What mpcompat.pth runs at interpreter start, for a child given this checkout's mpcompat by
+# PYTHONPATH: activation's first-use stubs go on as the standard library's targets are imported,
+# as in an installed mpcompat (with "import mpcompat" first and no hook, the patch manager loads,
+# and the stubs are its own).
+_AT_START = ("import sys; sys.path.insert(0, %r); import _mpcompat_bootstrap; "
+             "_mpcompat_bootstrap.main('mpcompat.pth')\n"
+             % os.path.join(REPO, "mpcompat", "_startup"))
+_WHOSE_STUBS = """manager = bool(os.environ.get("MPCOMPAT_HANG_DUMP"))
+assert ("mpcompat.patching" in sys.modules) == manager  # whose stubs: the manager's or not
+"""
+_WRAPPED_STUB = _AT_START + """import faulthandler, functools, json, multiprocessing, os, sys
 import mpcompat
 from multiprocessing import process
-from mpcompat.patches import mp_children
+""" + _WHOSE_STUBS + """from mpcompat.patches import mp_children
 stub, calls = process.BaseProcess.__dict__["start"], []
 assert stub.mpcompat_first_use  # put on as multiprocessing was imported, not fired yet
 boot_stub = process.BaseProcess.__dict__["_bootstrap"]
@@ -416,6 +427,66 @@ def test_a_wrapper_made_around_a_first_use_stub_runs_once_per_call(hang_dump):
     calls, booted, codes, patched = json.loads(proc.stdout)
     assert calls == booted == ["0", "1", "2", "3", "4"], proc.stdout
     assert codes == [3, 3, 3, 4, 3] and patched == [True, True, True, False, True], proc.stdout
+
+
+_INTERRUPTED_FIRST_USE = _AT_START + """import json, multiprocessing, multiprocessing.pool, os
+import signal, sys
+from mpcompat import activation
+""" + _WHOSE_STUBS + """where, sent = sys.argv[1], []
+
+def profile(frame, event, arg):  # a real SIGINT, as the first use runs `where` of mpcompat's
+    if event == "call" and frame.f_code.co_name == where and not sent:
+        sent.append(True)  # (first: the KeyboardInterrupt may come as soon as the kill returns)
+        os.kill(os.getpid(), signal.SIGINT)
+
+def stubs():
+    return [path for name, paths in activation.EARLY_FIRST_USES.items() if name in sys.modules
+            for owner, attr, path in activation.first_use_spots(sys.modules[name], paths)
+            if activation.stands_for(owner.__dict__[attr]) is not None]
+
+def crash():
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+context = multiprocessing.get_context("fork")
+sys.setprofile(profile)
+try:
+    context.Process(target=int).start()
+    interrupted = False
+except KeyboardInterrupt:
+    interrupted = True
+sys.setprofile(None)
+child = context.Process(target=crash)  # the program caught it, and goes on
+child.start()
+child.join()
+with context.Pool(1) as pool:
+    pool.map(abs, [1])
+import mpcompat
+rows = sorted((r.name, r.state) for r in mpcompat.status().patches)
+print(json.dumps([bool(sent), interrupted, stubs(), "mpcompat_crash_file" in child._config,
+                  child.exitcode, rows]))
+"""
+
+
+@pytest.mark.parametrize("hang_dump", [None, "600"], ids=["activations-stubs", "managers-stubs"])
+def test_a_ctrl_c_during_a_first_use_loses_no_patch(hang_dump):
+    """A Ctrl-C that lands while a first use applies the patches (a real SIGINT, as the first
+    patch's code is looked up, or as the patch of ``Process.start`` applies) reaches the
+    program as it would without mpcompat; what was not applied yet applies at the next first
+    use: the next child is armed (its crash file), no stub is left once a Pool ran, and
+    ``status()`` reads as in a run never interrupted. Before, the stubs not reached stayed
+    for the process's life, calling the bare originals, while ``status()`` said "applied"."""
+    env = child_env(MPCOMPAT_HANG_DUMP=hang_dump)
+    results = {}
+    for where in ("never", "implementation", "_apply_records"):
+        proc = run_python(_INTERRUPTED_FIRST_USE, where, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        results[where] = json.loads(proc.stdout)
+    never = results.pop("never")
+    assert never[:5] == [False, False, [], True, -11], never
+    for where, (sent, interrupted, stubs, armed, code, rows) in results.items():
+        assert sent and interrupted, where
+        assert (stubs, armed, code) == ([], True, -11), (where, stubs, armed)
+        assert rows == never[5], where
 
 
 def test_disabled_patches_from_the_environment(add_patch, monkeypatch):
