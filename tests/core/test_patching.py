@@ -433,6 +433,7 @@ _INTERRUPTED_FIRST_USE = _AT_START + """import json, multiprocessing, multiproce
 import signal, sys
 from mpcompat import activation
 """ + _WHOSE_STUBS + """where, sent = sys.argv[1], []
+signal.signal(signal.SIGINT, signal.default_int_handler)  # (ignored where a shell's "&" started us)
 
 def profile(frame, event, arg):  # a real SIGINT, as the first use runs `where` of mpcompat's
     if event == "call" and frame.f_code.co_name == where and not sent:
