@@ -535,11 +535,11 @@ def _interrupted(early):
     their patches again (each is idempotent); their records so far go, so none counts twice."""
     again = {}
     for module, stubs in early:
-        left = [entry for entry in stubs if entry[0].__dict__.get(entry[1]) is entry[3]]
+        left = [(owner, name, original, stub) for owner, name, original, stub in stubs
+                if owner.__dict__.get(name) is stub]
         if left:
             again[module.__name__] = (module, left)
-    kept = [record for record in _standard if record[1].__name__ not in again]
-    _standard[:] = kept
+    _standard[:] = [record for record in _standard if record[1].__name__ not in again]
     _early.update(again)
 
 
